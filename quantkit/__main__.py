@@ -1,0 +1,5 @@
+import sys
+
+from quantkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,219 @@
+"""quantize_: walk a model, pick a recipe per nn.Linear, swap in quantized layers, report what happened."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+from torch import nn
+
+from quantkit.layers import QuantizedLinear
+from quantkit.recipes import QuantizationPlan, Recipe, RecipeLike, load_plan
+
+QUANTIZED = "quantized"
+SKIPPED = "skipped"
+ALREADY = "already quantized"
+
+
+@dataclass
+class ModuleReport:
+    name: str
+    status: str  # QUANTIZED, SKIPPED or ALREADY
+    recipe: str | None  # the recipe applied (or that was meant to be, for shape skips)
+    reason: str
+    shape: tuple[int, int]  # (out_features, in_features)
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass
+class QuantizeReport:
+    """What ``quantize_`` did to every nn.Linear (and already-quantized layer) it found."""
+
+    modules: list[ModuleReport] = field(default_factory=list)
+
+    @property
+    def quantized(self) -> list[ModuleReport]:
+        return [m for m in self.modules if m.status == QUANTIZED]
+
+    @property
+    def skipped(self) -> list[ModuleReport]:
+        return [m for m in self.modules if m.status != QUANTIZED]
+
+    @property
+    def bytes_before(self) -> int:
+        """Bytes of the weights (and biases) of every module listed, before quantization."""
+        return sum(m.bytes_before for m in self.modules)
+
+    @property
+    def bytes_after(self) -> int:
+        return sum(m.bytes_after for m in self.modules)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "quantized": len(self.quantized),
+            "skipped": len(self.skipped),
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "modules": [dataclasses.asdict(m) for m in self.modules],
+        }
+
+    def summary(self) -> str:
+        ratio = self.bytes_after / self.bytes_before if self.bytes_before else 1.0
+        return (f"quantized {len(self.quantized)} of {len(self.modules)} linear modules; linear weights "
+                f"{_mib(self.bytes_before)} -> {_mib(self.bytes_after)} ({ratio:.2f}x)")
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        if self.modules:
+            width = max(len(m.name) for m in self.modules)
+            for m in self.modules:
+                what = m.recipe if m.status == QUANTIZED else f"{m.status}: {m.reason}"
+                lines.append(f"  {m.name:<{width}}  {m.shape[0]:>6}x{m.shape[1]:<6} "
+                             f"{_mib(m.bytes_before):>10} -> {_mib(m.bytes_after):>10}  {what}")
+        return "\n".join(lines)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _nbytes(module: nn.Module) -> int:
+    tensors = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _unsupported_linear(name: str, module: nn.Linear, parent: nn.Module | None) -> str | None:
+    if isinstance(parent, nn.MultiheadAttention):
+        return "inside nn.MultiheadAttention, which reads .weight directly instead of calling the module"
+    if type(module).forward is not nn.Linear.forward:
+        return f"{type(module).__name__} overrides nn.Linear.forward"
+    if not module.weight.is_floating_point():
+        return f"weight dtype {module.weight.dtype} is not floating point"
+    return None
+
+
+def quantize_(
+    model: nn.Module,
+    recipe: RecipeLike | QuantizationPlan,
+    *,
+    ignore: Iterable[str] = (),
+    overrides: Mapping[str, RecipeLike] | None = None,
+    filter_fn: Callable[[nn.Module, str], bool] | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+) -> QuantizeReport:
+    """Replace, in place, every ``nn.Linear`` of ``model`` by the quantized layer its recipe names.
+
+    Args:
+        recipe: a :class:`~quantkit.recipes.Recipe` (``Int4WeightOnly(group_size=64)``), a registered
+            name (``"fp8-block"``, ``"int8-dynamic"``, ``"int8-weight-only"``, ``"int4-weight-only"``),
+            a dict, a path to a recipe file, or a :class:`~quantkit.recipes.QuantizationPlan`.
+        ignore: module patterns to keep in high precision (``"lm_head"``, ``"*.gate"``, ``"re:..."``).
+        overrides: ``{pattern: recipe}`` tried before the recipe's own overrides; map to ``"skip"`` or
+            None to keep matching modules unquantized.
+        filter_fn: ``filter_fn(module, name) -> bool``; modules for which it returns False are kept.
+        device: quantize each module on this device (e.g. ``"cuda"`` for fast quantization of a CPU
+            model); the quantized layers stay there.
+        progress: show a tqdm progress bar.
+
+    Returns a :class:`QuantizeReport`. Modules a recipe cannot take (e.g. in_features not a multiple
+    of the int4 group size) are kept as they are, with a warning naming them; already-quantized
+    layers are left alone; a model built on the ``meta`` device gets quantized layers with ``meta``
+    buffers of the right shapes and dtypes, ready for ``load_state_dict(..., assign=True)``.
+    """
+    if isinstance(model, nn.Linear):
+        raise TypeError("quantize_ replaces submodules in place and cannot replace the model itself: wrap a bare "
+                        "nn.Linear (nn.Sequential(linear)) or use quantkit.quantize_linear(linear, recipe)")
+    plan = load_plan(recipe).with_extra(ignore, overrides)
+    order = {name: i for i, (name, _) in enumerate(model.named_modules(remove_duplicate=False))}
+    report = QuantizeReport()
+    targets = _collect(model, plan, filter_fn, report)
+
+    iterator: Iterable = targets
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(targets, desc="quantizing", unit="module")
+    replaced: dict[int, QuantizedLinear] = {}
+    for name, parent, child_name, linear, recipe_obj in iterator:
+        new = replaced.get(id(linear))
+        if new is None:
+            new = quantize_linear(linear, recipe_obj, device=device, name=name)
+            replaced[id(linear)] = new
+        setattr(parent, child_name, new)
+        report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), "", _shape(linear),
+                                           _nbytes(linear), _nbytes(new)))
+    report.modules.sort(key=lambda m: order.get(m.name, len(order)))
+    return report
+
+
+def _shape(linear: nn.Module) -> tuple[int, int]:
+    return (linear.out_features, linear.in_features)
+
+
+def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
+    """List (name, parent, attribute, linear, recipe) for every module to quantize; record the rest."""
+    targets = []
+    for parent_name, parent in model.named_modules(remove_duplicate=False):
+        for child_name, child in parent.named_children():
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            if isinstance(child, QuantizedLinear):
+                nbytes = _nbytes(child)
+                report.modules.append(ModuleReport(name, ALREADY, child.format_name, "already a quantized layer",
+                                                   _shape(child), nbytes, nbytes))
+                continue
+            if not isinstance(child, nn.Linear):
+                continue
+            nbytes = _nbytes(child)
+
+            def skip(reason: str, recipe: Recipe | None = None, warn: bool = False) -> None:
+                report.modules.append(ModuleReport(name, SKIPPED, str(recipe) if recipe else None, reason,
+                                                   _shape(child), nbytes, nbytes))
+                if warn:
+                    warnings.warn(f"quantkit: kept {name} ({type(child).__name__} {child.out_features}x"
+                                  f"{child.in_features}) in high precision: {reason}", stacklevel=4)
+
+            if filter_fn is not None and not filter_fn(child, name):
+                skip("excluded by filter_fn")
+                continue
+            recipe, why = plan.recipe_for(name)
+            if recipe is None:
+                skip(why)
+                continue
+            reason = _unsupported_linear(name, child, parent) or recipe.skip_reason(child)
+            if reason:
+                skip(f"{recipe.name} cannot take it: {reason}", recipe, warn=True)
+                continue
+            targets.append((name, parent, child_name, child, recipe))
+    return targets
+
+
+def quantize_linear(linear: nn.Linear, recipe: RecipeLike, *, device=None, name: str = "") -> QuantizedLinear:
+    """Quantize one ``nn.Linear`` with ``recipe`` and return the new layer (``linear`` is not modified)."""
+    plan = load_plan(recipe)
+    if plan.default is None:
+        raise ValueError("quantize_linear needs a recipe")
+    reason = plan.default.skip_reason(linear)
+    if reason:
+        raise ValueError(f"{name or 'linear'}: {plan.default.name} cannot take it: {reason}")
+    source = linear
+    if device is not None and not linear.weight.is_meta:
+        source = _moved(linear, torch.device(device))
+    with torch.no_grad():
+        layer = plan.default.build(source)
+    layer.module_name = name
+    return layer
+
+
+def _moved(linear: nn.Linear, device: torch.device) -> nn.Linear:
+    """A shallow stand-in for ``linear`` with its tensors on ``device`` (the original is untouched)."""
+    if linear.weight.device == device:
+        return linear
+    stand_in = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+    stand_in.weight = nn.Parameter(linear.weight.detach().to(device), requires_grad=False)
+    if linear.bias is not None:
+        stand_in.bias = nn.Parameter(linear.bias.detach().to(device), requires_grad=False)
+    return stand_in

@@ -1,0 +1,62 @@
+"""The ``quantkit`` console command. Each subcommand lives in its own module, imported only when run.
+
+A subcommand module defines ``add_arguments(parser)`` and ``run(args) -> int`` (the exit status) and
+a one-line ``HELP``. Errors quantkit anticipates (bad input files, unknown recipes, ...) are raised
+as exceptions with a message naming the file, tensor or module; they are printed without a traceback
+and exit with status 2 (``QUANTKIT_DEBUG=1`` shows the traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+SUBCOMMANDS = {
+    "demo": "quantkit.demo",
+    "convert": "quantkit.checkpoint.cli",
+    "compare": "quantkit.accuracy.cli",
+    "bench": "quantkit.bench.cli",
+}
+
+
+class UserError(Exception):
+    """An error in what the user asked for; the CLI prints its message alone and exits with 2."""
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quantkit", description="Quantize PyTorch models: FP8 block, int8, int4.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log which kernels run, and more")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # that subcommand is not part of this install
+            raise
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("quantkit: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, ValueError, FileNotFoundError, FileExistsError, TypeError) as exc:
+        if os.environ.get("QUANTKIT_DEBUG") == "1":
+            raise
+        print(f"quantkit {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

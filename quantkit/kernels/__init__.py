@@ -1,0 +1,1 @@
+"""Triton kernels, one module per format family (see quantkit.ops.dispatch for the contract)."""

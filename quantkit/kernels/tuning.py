@@ -1,0 +1,172 @@
+"""Kernel configs chosen by problem size, tuned per GPU and cached, so a first call never autotunes.
+
+Each kernel family module (``quantkit.kernels.<family>``) that wants tuned configs defines::
+
+    def default_config(M, N, K) -> dict                # heuristic, always valid
+    def candidate_configs(M, N, K) -> list[dict]        # the search space for this problem
+    def linear(x, *buffers, config=None)                # runs with `config` when given
+
+and calls :func:`get_config(family, M, N, K, module)` in ``linear`` when ``config`` is None.
+
+Lookup order for a problem (M bucketed to the next power of two, N and K exact):
+  1. the user's cache ``$QUANTKIT_CACHE_DIR`` (default ``~/.cache/quantkit``)/tuned-<gpu>.json,
+  2. the table shipped in ``quantkit/kernels/tuned/<family>.json`` for this GPU name,
+  3. with ``QUANTKIT_AUTOTUNE=1`` (and not while a CUDA graph is being captured): time every
+     candidate now, keep the fastest, save it to the user cache;
+  4. ``default_config(M, N, K)``.
+Results are memoized in-process, so after the first call per shape the cost is one dict lookup.
+
+``python -m quantkit.kernels.tuning --family int4_weight_only --out tuned.json`` sweeps the Llama
+shapes of PERFORMANCE.md on the current GPU and writes a table in the shipped format.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+_SHIPPED_DIR = Path(__file__).with_name("tuned")
+_MEMO: dict[tuple, dict] = {}
+
+
+def m_bucket(m: int) -> int:
+    """Round M up to a power of two: configs are tuned per bucket, not per exact M."""
+    return 1 if m <= 1 else 1 << (m - 1).bit_length()
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_name(index: int | None = None) -> str:
+    return torch.cuda.get_device_name(index if index is not None else torch.cuda.current_device())
+
+
+def _key(m: int, n: int, k: int) -> str:
+    return f"{m_bucket(m)},{n},{k}"
+
+
+def user_cache_path() -> Path:
+    root = Path(os.environ.get("QUANTKIT_CACHE_DIR", Path.home() / ".cache" / "quantkit"))
+    safe = "".join(c if c.isalnum() else "_" for c in gpu_name())
+    return root / f"tuned-{safe}.json"
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped(family: str) -> dict[str, dict]:
+    path = _SHIPPED_DIR / f"{family}.json"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text()).get(gpu_name(), {})
+
+
+def _read_user_cache() -> dict[str, dict[str, dict]]:
+    path = user_cache_path()
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_user_cache(family: str, key: str, config: dict) -> None:
+    path = user_cache_path()
+    data = _read_user_cache()
+    data.setdefault(family, {})[key] = config
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuned-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file, never half
+
+
+def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dict], float] | None = None) -> dict:
+    """The config ``module`` (a kernel family) should use for an [m, k] x [n, k]^T problem."""
+    memo_key = (family, m_bucket(m), n, k)
+    config = _MEMO.get(memo_key)
+    if config is not None:
+        return config
+    key = _key(m, n, k)
+    config = _read_user_cache().get(family, {}).get(key) or _shipped(family).get(key)
+    if config is None and bench is not None and os.environ.get("QUANTKIT_AUTOTUNE") == "1" \
+            and not torch.cuda.is_current_stream_capturing():
+        config = autotune(module.candidate_configs(m, n, k), bench)
+        _write_user_cache(family, key, config)
+    if config is None:
+        config = module.default_config(m, n, k)
+    _MEMO[memo_key] = config
+    return config
+
+
+def autotune(candidates: list[dict], bench: Callable[[dict], float]) -> dict:
+    """Return the candidate with the lowest ``bench(config)`` time; candidates that fail are skipped."""
+    best, best_time = None, float("inf")
+    for config in candidates:
+        try:
+            t = bench(config)
+        except Exception:  # a config the compiler or the GPU rejects (e.g. out of shared memory)
+            continue
+        if t < best_time:
+            best, best_time = config, t
+    if best is None:
+        raise RuntimeError("autotune: every candidate config failed")
+    return best
+
+
+# --------------------------------------------------------------------------- offline sweep (GPU)
+LLAMA_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
+BENCH_M = (1, 16, 128, 1024, 4096)
+
+
+def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, verbose=True) -> dict[str, Any]:
+    """Time every candidate config of ``family`` on this GPU; return {key: {"config", "ms", "default_ms"}}."""
+    import importlib
+
+    import triton.testing
+
+    module = importlib.import_module(f"quantkit.kernels.{family}")
+    results: dict[str, Any] = {}
+    for n, k in shapes:
+        buffers = module.make_bench_inputs(n, k, dtype)
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=dtype)
+
+            def bench(config, x=x, buffers=buffers):
+                fn = lambda: module.linear(x, *buffers, config=config)  # noqa: E731
+                fn()
+                return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+            timings = []
+            for config in module.candidate_configs(m, n, k):
+                try:
+                    timings.append((bench(config), config))
+                except Exception as exc:  # noqa: BLE001 - record and go on
+                    if verbose:
+                        print(f"  {family} {m}x{n}x{k} {config}: failed ({exc.__class__.__name__})")
+            if not timings:
+                continue
+            best_ms, best = min(timings, key=lambda t: t[0])
+            default_ms = bench(module.default_config(m, n, k))
+            results[_key(m, n, k)] = {"config": best, "ms": best_ms, "default_ms": default_ms,
+                                      "candidates": len(timings)}
+            if verbose:
+                print(f"{family} M={m} N={n} K={k}: best {best_ms * 1e3:.1f} us {best} "
+                      f"(default {default_ms * 1e3:.1f} us, {len(timings)} candidates)", flush=True)
+    return results
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", action="append", required=True)
+    parser.add_argument("--out", required=True, help="JSON file: {gpu name: {family: {key: config}}} + timings")
+    args = parser.parse_args(argv)
+    out: dict[str, Any] = {"gpu": gpu_name(), "families": {}}
+    for family in args.family:
+        out["families"][family] = sweep(family)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

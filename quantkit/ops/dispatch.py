@@ -1,0 +1,117 @@
+"""Choose, per kernel family and device, between the Triton kernels and the PyTorch reference.
+
+A family ``F`` uses ``quantkit.kernels.F`` when all of these hold: the tensor is on a CUDA device,
+Triton imports, the device's compute capability is at least the module's ``MIN_CAPABILITY``, and the
+module defines the function asked for. Otherwise the reference in ``quantkit.reference`` runs.
+
+``QUANTKIT_BACKEND=reference`` forces the reference everywhere (useful to compare both paths on one
+GPU); ``QUANTKIT_BACKEND=triton`` makes a missing kernel an error instead of a fallback.
+
+The first choice per (family, device) is logged once on the ``quantkit`` logger, and kept in
+:func:`backend_report` so tools like ``quantkit demo`` can say which path ran.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+from types import ModuleType
+from typing import Callable
+
+import torch
+
+logger = logging.getLogger("quantkit")
+
+_REPORTED: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def _forced_backend() -> str:
+    value = os.environ.get("QUANTKIT_BACKEND", "auto").strip().lower()
+    if value not in ("auto", "reference", "triton"):
+        raise ValueError(f"QUANTKIT_BACKEND must be auto, reference or triton, got {value!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel_module(family: str) -> tuple[ModuleType | None, str]:
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken install
+        return None, f"triton is not importable ({exc.__class__.__name__}: {exc})"
+    try:
+        return importlib.import_module(f"quantkit.kernels.{family}"), ""
+    except ModuleNotFoundError as exc:
+        if exc.name == f"quantkit.kernels.{family}":
+            return None, f"no Triton kernels for {family} in this version"
+        raise
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def _why_not_triton(family: str, device: torch.device, function: str) -> tuple[ModuleType | None, str]:
+    if device.type != "cuda":
+        return None, f"tensors are on {device.type}"
+    module, reason = _kernel_module(family)
+    if module is None:
+        return None, reason
+    need = getattr(module, "MIN_CAPABILITY", (8, 0))
+    have = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    if have < need:
+        return None, f"compute capability sm_{have[0]}{have[1]} < sm_{need[0]}{need[1]}"
+    if not hasattr(module, function):
+        return None, f"quantkit.kernels.{family} has no {function}()"
+    return module, ""
+
+
+def resolve(family: str, function: str, device: torch.device) -> Callable:
+    """Return the Triton implementation of ``family.function`` for ``device``, or the reference's."""
+    forced = _forced_backend()
+    module, reason = (None, "QUANTKIT_BACKEND=reference") if forced == "reference" else \
+        _why_not_triton(family, device, function)
+    if module is not None:
+        _report(family, device, "triton", f"quantkit.kernels.{family}")
+        return getattr(module, function)
+    if forced == "triton":
+        raise RuntimeError(f"QUANTKIT_BACKEND=triton but {family}.{function} cannot use Triton: {reason}")
+    _report(family, device, "reference", reason)
+    reference = importlib.import_module("quantkit.reference")
+    return getattr(reference, _REFERENCE_NAMES[(family, function)])
+
+
+def _report(family: str, device: torch.device, backend: str, detail: str) -> None:
+    key = (family, str(device))
+    if key in _REPORTED:
+        return
+    _REPORTED[key] = (backend, detail)
+    if backend == "reference" and device.type == "cuda":
+        logger.warning("quantkit: %s on %s runs the PyTorch reference (%s): correct but slow", family,
+                       device, detail)
+    else:
+        logger.info("quantkit: %s on %s runs %s (%s)", family, device, backend, detail)
+
+
+def backend_report() -> dict[tuple[str, str], tuple[str, str]]:
+    """{(family, device): (backend, detail)} for every family that has run so far."""
+    return dict(_REPORTED)
+
+
+# (family, function) -> name of the reference function with the same signature.
+_REFERENCE_NAMES = {
+    ("fp8_block", "linear"): "fp8_block_linear",
+    ("fp8_block", "quantize_weight"): "quantize_weight_fp8_block",
+    ("fp8_block", "dequantize_weight"): "dequantize_weight_fp8_block",
+    ("fp8_block", "quantize_act"): "quantize_act_fp8_group",
+    ("fp8_block", "gemm"): "fp8_block_gemm",
+    ("int8_dynamic", "linear"): "int8_dynamic_linear",
+    ("int8_dynamic", "quantize_weight"): "quantize_weight_int8_per_channel",
+    ("int8_dynamic", "quantize_act"): "quantize_act_int8_per_token",
+    ("int8_dynamic", "gemm"): "int8_scaled_gemm",
+    ("int8_weight_only", "linear"): "int8_weight_only_linear",
+    ("int8_weight_only", "quantize_weight"): "quantize_weight_int8_per_channel",
+    ("int4_weight_only", "linear"): "int4_weight_only_linear",
+    ("int4_weight_only", "quantize_weight"): "quantize_weight_int4",
+}
