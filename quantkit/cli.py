@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("quantkit: interrupted", file=sys.stderr)
         return 130
-    except (UserError, ValueError, FileNotFoundError, FileExistsError, TypeError) as exc:
+    except (UserError, ValueError, FileNotFoundError, FileExistsError) as exc:
         if os.environ.get("QUANTKIT_DEBUG") == "1":
             raise
         print(f"quantkit {args.command}: error: {exc}", file=sys.stderr)
