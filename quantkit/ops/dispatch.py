@@ -7,7 +7,7 @@ module defines the function asked for. Otherwise the reference in ``quantkit.ref
 ``QUANTKIT_BACKEND=reference`` forces the reference everywhere (useful to compare both paths on one
 GPU); ``QUANTKIT_BACKEND=triton`` makes a missing kernel an error instead of a fallback.
 
-The first choice per (family, device) is logged once on the ``quantkit`` logger, and kept in
+The first choice per (family, function, device) is logged once on the ``quantkit`` logger, and kept in
 :func:`backend_report` so tools like ``quantkit demo`` can say which path ran.
 """
 from __future__ import annotations
@@ -73,21 +73,22 @@ def resolve(family: str, function: str, device: torch.device) -> Callable:
     module, reason = (None, "QUANTKIT_BACKEND=reference") if forced == "reference" else \
         _why_not_triton(family, device, function)
     if module is not None:
-        _report(family, device, "triton", f"quantkit.kernels.{family}")
+        _report(family, function, device, "triton", f"quantkit.kernels.{family}.{function}")
         return getattr(module, function)
     if forced == "triton":
         raise RuntimeError(f"QUANTKIT_BACKEND=triton but {family}.{function} cannot use Triton: {reason}")
-    _report(family, device, "reference", reason)
+    _report(family, function, device, "reference", reason)
     reference = importlib.import_module("quantkit.reference")
     return getattr(reference, _REFERENCE_NAMES[(family, function)])
 
 
-def _report(family: str, device: torch.device, backend: str, detail: str) -> None:
-    key = (family, str(device))
+def _report(family: str, function: str, device: torch.device, backend: str, detail: str) -> None:
+    key = (f"{family}.{function}", str(device))
     if key in _REPORTED:
         return
     _REPORTED[key] = (backend, detail)
-    if backend == "reference" and device.type == "cuda":
+    # Only a slow forward deserves a warning; quantizing weights with torch ops on a GPU is fast.
+    if backend == "reference" and device.type == "cuda" and function == "linear":
         logger.warning("quantkit: %s on %s runs the PyTorch reference (%s): correct but slow", family,
                        device, detail)
     else:
@@ -95,7 +96,7 @@ def _report(family: str, device: torch.device, backend: str, detail: str) -> Non
 
 
 def backend_report() -> dict[tuple[str, str], tuple[str, str]]:
-    """{(family, device): (backend, detail)} for every family that has run so far."""
+    """{("family.function", device): (backend, detail)} for everything that has run so far."""
     return dict(_REPORTED)
 
 
