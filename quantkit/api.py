@@ -158,7 +158,10 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
     """List (name, parent, attribute, linear, recipe) for every module to quantize; record the rest."""
     targets = []
     for parent_name, parent in model.named_modules(remove_duplicate=False):
-        for child_name, child in parent.named_children():
+        # _modules rather than named_children(): the latter hides a module registered twice.
+        for child_name, child in list(parent._modules.items()):
+            if child is None:
+                continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             if isinstance(child, QuantizedLinear):
                 nbytes = _nbytes(child)

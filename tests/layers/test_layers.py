@@ -1,0 +1,221 @@
+"""The four quantized layers: numerics against float64, shapes, dtypes, moves, compile, no backward."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import quantkit
+from quantkit import reference as R
+from quantkit.layers import Fp8BlockLinear, Int4WeightOnlyLinear, Int8DynamicLinear, Int8WeightOnlyLinear
+from tests.helpers import rel_error
+
+# ‖y − y_ref‖/‖y_ref‖ for weights N(0, 0.02²), bias N(0, 0.02²), inputs N(0, 1), against float64
+# F.linear of the original weights. Measured on the CPU over shapes 64×256×512, 5×123×123,
+# 33×300×256, 5 seeds and the three activation dtypes: fp8-block 0.034–0.039, int8-dynamic
+# 0.0087–0.0107, int8-weight-only 0.0062–0.0076, int4-weight-only (min-max, g128) 0.099–0.102.
+# The upper bounds add ~15 % margin; the lower bounds prove the weights really were quantized
+# (a layer that silently kept bf16 weights would land near 0.002). int4's lower bound leaves room
+# for better-than-min-max rounding.
+ERROR_BOUNDS = {
+    "fp8-block": (0.025, 0.045),
+    "int8-dynamic": (0.005, 0.0125),
+    "int8-weight-only": (0.004, 0.0090),
+    "int4-weight-only": (0.060, 0.117),
+}
+LAYER_CLASS = {
+    "fp8-block": Fp8BlockLinear,
+    "int8-dynamic": Int8DynamicLinear,
+    "int8-weight-only": Int8WeightOnlyLinear,
+    "int4-weight-only": Int4WeightOnlyLinear,
+}
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def make_linear(k, n, bias=True, dtype=torch.float32):
+    lin = nn.Linear(k, n, bias=bias)
+    nn.init.normal_(lin.weight, std=0.02)
+    if bias:
+        nn.init.normal_(lin.bias, std=0.02)
+    return lin.to(dtype)
+
+
+def quantized(lin, recipe):
+    return quantkit.quantize_linear(lin, recipe)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mnk,bias", [((64, 256, 512), True), ((5, 123, 123), True), ((33, 300, 256), False),
+                                      ((1, 128, 384), True)])
+def test_layer_error_against_float64(recipe, dtype, mnk, bias):
+    m, n, k = mnk
+    if recipe == "int4-weight-only" and k % 128:
+        pytest.skip("int4 needs K % group_size == 0 (tested in test_api as a skip)")
+    lin = make_linear(k, n, bias, dtype)
+    layer = quantized(lin, recipe)
+    assert isinstance(layer, LAYER_CLASS[recipe])
+    x = torch.randn(m, k, dtype=dtype)
+    ref = F.linear(x.double(), lin.weight.double(), lin.bias.double() if bias else None)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.dtype == dtype and y.shape == (m, n)
+    lo, hi = ERROR_BOUNDS[recipe]
+    err = rel_error(y, ref)
+    if m * n >= 2000:  # tiny outputs make the relative error itself noisy
+        assert lo <= err <= hi, f"{recipe} {dtype} {mnk}: rel. error {err:.4f} outside [{lo}, {hi}]"
+    else:
+        assert err <= hi * 1.5
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_layer_equals_reference_function(recipe):
+    """The layer is exactly the reference function of its buffers (same numerics, any leading shape)."""
+    lin = make_linear(256, 130, dtype=torch.bfloat16)
+    layer = quantized(lin, recipe)
+    x = torch.randn(2, 3, 256, dtype=torch.bfloat16)
+    x2 = x.reshape(-1, 256)
+    if recipe == "fp8-block":
+        expected = R.fp8_block_linear(x2, layer.weight, layer.weight_scale, layer.bias)
+    elif recipe == "int8-dynamic":
+        expected = R.int8_dynamic_linear(x2, layer.weight, layer.weight_scale, layer.bias)
+    elif recipe == "int8-weight-only":
+        expected = R.int8_weight_only_linear(x2, layer.weight, layer.weight_scale, layer.bias)
+    else:
+        expected = R.int4_weight_only_linear(x2, layer.weight_packed, layer.weight_scale, layer.weight_zero_point,
+                                             layer.bias, 128)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.shape == (2, 3, 130)
+    assert torch.equal(y.reshape(-1, 130), expected)
+    # dequantize() is the weight the layer multiplies by
+    w = layer.dequantize()
+    if recipe in ("int8-weight-only", "int4-weight-only"):
+        manual = (x2.float() @ w.t() + layer.bias.float()).to(torch.bfloat16)
+        assert torch.equal(y.reshape(-1, 130), manual)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_input_shapes(recipe):
+    layer = quantized(make_linear(128, 64), recipe)
+    with torch.no_grad():
+        assert layer(torch.randn(128)).shape == (64,)
+        assert layer(torch.randn(4, 5, 6, 128)).shape == (4, 5, 6, 64)
+        assert layer(torch.randn(0, 128)).shape == (0, 64)
+        xt = torch.randn(128, 7).t()  # non-contiguous input
+        assert torch.equal(layer(xt), layer(xt.contiguous()))
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_bad_inputs_name_the_module(recipe):
+    model = nn.Sequential(nn.Linear(128, 64))
+    model[0].weight.data.normal_(0, 0.02)
+    quantkit.quantize_(model, recipe)
+    with pytest.raises(ValueError, match=r"'0'.*last dimension 128.*\(3, 100\)"):
+        model(torch.randn(3, 100))
+    with pytest.raises(TypeError, match="bfloat16, float16 or float32"):
+        model(torch.ones(3, 128, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_backward_is_a_clear_error(recipe):
+    layer = quantized(make_linear(128, 64), recipe)
+    x = torch.randn(3, 128, requires_grad=True)
+    y = layer(x)  # the forward still works with autograd on
+    with pytest.raises(RuntimeError, match="inference-only"):
+        y.sum().backward()
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_dtype_casts_keep_quantized_buffers(recipe):
+    model = nn.Sequential(make_linear(256, 96))
+    quantkit.quantize_(model, recipe)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(4, 256)
+    with torch.no_grad():
+        y32 = model(x)
+        model.to(torch.float16)
+        y16 = model(x.half())
+        model.bfloat16()
+        model.float()
+    layer = model[0]
+    for name in layer.quantized_buffers:
+        assert getattr(layer, name).dtype == before[f"0.{name}"].dtype
+        assert torch.equal(getattr(layer, name), before[f"0.{name}"]), name
+    assert layer.bias.dtype == torch.float32  # the bias follows the model's dtype
+    assert y16.dtype == torch.float16
+    # Weight-only layers see only fp16 rounding of x and y; dynamic ones re-quantize the rounded
+    # activations, which moves some codes by one step.
+    assert rel_error(y16, y32) < (2e-3 if "weight-only" in recipe else 2e-2)
+
+
+def test_extra_repr_names_the_format():
+    reprs = {r: repr(quantized(make_linear(128, 64), r)) for r in ERROR_BOUNDS}
+    assert "e4m3" in reprs["fp8-block"] and "128x128" in reprs["fp8-block"]
+    assert "per token" in reprs["int8-dynamic"]
+    assert "format=int8-weight-only" in reprs["int8-weight-only"]
+    assert "group_size=128" in reprs["int4-weight-only"] and "asymmetric" in reprs["int4-weight-only"]
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_custom_ops_pass_opcheck(recipe):
+    """torch.library.opcheck: the fake implementation agrees with the real one (shapes, strides,
+    dtypes) and the op is registered correctly, which torch.compile relies on."""
+    layer = quantized(make_linear(256, 64, dtype=torch.bfloat16), recipe)
+    x = torch.randn(3, 5, 256, dtype=torch.bfloat16)
+    if recipe == "fp8-block":
+        op, args = torch.ops.quantkit.fp8_block_linear, (x, layer.weight, layer.weight_scale, layer.bias, 128, "")
+    elif recipe == "int8-dynamic":
+        op, args = torch.ops.quantkit.int8_dynamic_linear, (x, layer.weight, layer.weight_scale, layer.bias)
+    elif recipe == "int8-weight-only":
+        op, args = torch.ops.quantkit.int8_weight_only_linear, (x, layer.weight, layer.weight_scale, layer.bias)
+    else:
+        op, args = torch.ops.quantkit.int4_weight_only_linear, (
+            x, layer.weight_packed, layer.weight_scale, layer.weight_zero_point, layer.bias, 128)
+    checks = ("test_schema", "test_faketensor", "test_aot_dispatch_static")
+    if recipe == "fp8-block":
+        # opcheck's schema check compares inputs before/after with arithmetic that torch's CPU build
+        # lacks for float8 ("mul_cpu_reduced_float"); the other two checks still cover the op.
+        checks = checks[1:]
+    torch.library.opcheck(op, args, test_utils=checks)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_compiles_fullgraph(recipe):
+    model = nn.Sequential(make_linear(256, 128), nn.GELU(), make_linear(128, 64))
+    quantkit.quantize_(model, recipe)
+    x = torch.randn(2, 7, 256)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        assert torch.equal(compiled(x), model(x))
+
+
+def test_deepcopy_and_state_dict_round_trip():
+    model = nn.Sequential(make_linear(256, 64), nn.ReLU(), make_linear(64, 32, bias=False))
+    quantkit.quantize_(model, "int4-weight-only", ignore=["2"])
+    clone = copy.deepcopy(model)
+    x = torch.randn(3, 256)
+    with torch.no_grad():
+        assert torch.equal(clone(x), model(x))
+    fresh = nn.Sequential(make_linear(256, 64), nn.ReLU(), make_linear(64, 32, bias=False))
+    quantkit.quantize_(fresh, "int4-weight-only", ignore=["2"])
+    fresh.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(fresh(x), model(x))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_model_to_cuda_gives_the_same_outputs(recipe):
+    """Quantize on the CPU, move to the GPU: the kernels compute what the reference computed."""
+    model = nn.Sequential(make_linear(512, 384, dtype=torch.bfloat16), nn.ReLU(),
+                          make_linear(384, 256, dtype=torch.bfloat16))
+    quantkit.quantize_(model, recipe)
+    x = torch.randn(2, 9, 512, dtype=torch.bfloat16)
+    with torch.no_grad():
+        y_cpu = model(x)
+        model.to("cuda")
+        y_gpu = model(x.cuda()).cpu()
+    assert rel_error(y_gpu, y_cpu) < 1e-2
