@@ -3,7 +3,9 @@
     import quantkit
     report = quantkit.quantize_(model, "int4-weight-only", ignore=["lm_head"])
 """
+from quantkit.accuracy import ComparisonReport, compare
 from quantkit.api import ModuleReport, QuantizeReport, quantize_, quantize_linear
+from quantkit.checkpoint import CheckpointError, convert_checkpoint, load_quantized, save_quantized
 from quantkit.layers import (
     Fp8BlockLinear,
     Int4WeightOnlyLinear,
@@ -24,6 +26,7 @@ from quantkit.recipes import (
     load_recipe_file,
     recipe_names,
 )
+from quantkit.rounding import INT4_ROUNDINGS
 
 __version__ = "0.1.0"
 
@@ -48,4 +51,11 @@ __all__ = [
     "Int8WeightOnlyLinear",
     "Int4WeightOnlyLinear",
     "backend_report",
+    "save_quantized",
+    "load_quantized",
+    "convert_checkpoint",
+    "CheckpointError",
+    "compare",
+    "ComparisonReport",
+    "INT4_ROUNDINGS",
 ]

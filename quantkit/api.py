@@ -104,6 +104,7 @@ def quantize_(
     filter_fn: Callable[[nn.Module, str], bool] | None = None,
     device: torch.device | str | None = None,
     progress: bool = False,
+    calibration: Iterable[Any] | None = None,
 ) -> QuantizeReport:
     """Replace, in place, every ``nn.Linear`` of ``model`` by the quantized layer its recipe names.
 
@@ -118,6 +119,10 @@ def quantize_(
         device: quantize each module on this device (e.g. ``"cuda"`` for fast quantization of a CPU
             model); the quantized layers stay there.
         progress: show a tqdm progress bar.
+        calibration: sample inputs for recipes that calibrate (``Int4WeightOnly(rounding="gptq")``):
+            an iterable of model inputs, each a Tensor (``model(x)``), a tuple (``model(*x)``) or a
+            dict (``model(**x)``, e.g. a tokenizer's output). They run once through the float model,
+            with hooks recording each calibrated layer's input second moment, before any swap.
 
     Returns a :class:`QuantizeReport`. Modules a recipe cannot take (e.g. in_features not a multiple
     of the int4 group size) are kept as they are, with a warning naming them; already-quantized
@@ -131,6 +136,18 @@ def quantize_(
     order = {name: i for i, (name, _) in enumerate(model.named_modules(remove_duplicate=False))}
     report = QuantizeReport()
     targets = _collect(model, plan, filter_fn, report)
+    calibrated = {name: linear for name, _, _, linear, recipe_obj in targets
+                  if getattr(recipe_obj, "needs_calibration", False) and not linear.weight.is_meta}
+    moments: dict[str, torch.Tensor] = {}
+    if calibrated:
+        if calibration is None:
+            names = list(calibrated)
+            raise ValueError(f"{plan.recipe_for(names[0])[0]} needs calibration inputs for {len(names)} layer(s) "
+                             f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
+                             f"quantize_(model, recipe, calibration=[input, ...])")
+        from quantkit.rounding.calibration import collect_input_moments
+
+        moments = collect_input_moments(model, calibrated, calibration, progress=progress)
 
     iterator: Iterable = targets
     if progress:
@@ -141,7 +158,13 @@ def quantize_(
     for name, parent, child_name, linear, recipe_obj in iterator:
         new = replaced.get(id(linear))
         if new is None:
-            new = quantize_linear(linear, recipe_obj, device=device, name=name)
+            if name in moments:
+                source = linear if device is None else _moved(linear, torch.device(device))
+                with torch.no_grad():
+                    new = recipe_obj.build(source, input_moment=moments.pop(name))
+                new.module_name = name
+            else:
+                new = quantize_linear(linear, recipe_obj, device=device, name=name)
             replaced[id(linear)] = new
         setattr(parent, child_name, new)
         report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), "", _shape(linear),

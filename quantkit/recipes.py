@@ -105,11 +105,17 @@ INT4_GROUP_SIZES = (32, 64, 128, 256)
 
 @dataclass(frozen=True)
 class Int4WeightOnly(Recipe):
-    """4-bit weights in groups of ``group_size`` along the input dimension, a scale and zero-point each."""
+    """4-bit weights in groups of ``group_size`` along the input dimension, a scale and zero-point each.
+
+    ``rounding`` chooses the scales, zero-points and codes (see :mod:`quantkit.rounding`):
+    ``"search"`` (default) minimizes each group's error without data; ``"gptq"`` uses calibration
+    inputs (``quantize_(..., calibration=...)``) for GPTQ error feedback; ``"minmax"`` is the plain
+    min-max rounding."""
 
     name: ClassVar[str] = "int4-weight-only"
     group_size: int = 128
     symmetric: bool = False
+    rounding: str = "search"
 
     def __post_init__(self):
         if self.group_size not in INT4_GROUP_SIZES:
@@ -117,14 +123,35 @@ class Int4WeightOnly(Recipe):
                               f"got {self.group_size!r}")
         if not isinstance(self.symmetric, bool):
             raise RecipeError(f"int4-weight-only: symmetric must be true or false, got {self.symmetric!r}")
+        from quantkit.rounding import INT4_ROUNDINGS
+
+        if self.rounding not in INT4_ROUNDINGS:
+            raise RecipeError(f"int4-weight-only: rounding must be one of {list(INT4_ROUNDINGS)}, "
+                              f"got {self.rounding!r}{_suggest(str(self.rounding), INT4_ROUNDINGS)}")
+
+    @property
+    def needs_calibration(self) -> bool:
+        """True when ``build`` needs the layer's input statistics (``quantize_(..., calibration=...)``)."""
+        from quantkit.rounding import CALIBRATED_ROUNDINGS
+
+        return self.rounding in CALIBRATED_ROUNDINGS
 
     def skip_reason(self, linear):
         if linear.in_features % self.group_size:
             return f"in_features={linear.in_features} is not a multiple of group_size={self.group_size}"
         return None
 
-    def build(self, linear):
-        return Int4WeightOnlyLinear.from_linear(linear, self.group_size, self.symmetric)
+    def build(self, linear, input_moment=None):
+        """``input_moment``: E[x x^T] [K, K] of the layer's inputs, for calibrated rounding."""
+        from quantkit.rounding import int4_quantizer
+
+        if linear.weight.is_meta:  # shapes only, nothing to round
+            return Int4WeightOnlyLinear.from_linear(linear, self.group_size, self.symmetric)
+        try:
+            quantizer = int4_quantizer(self.rounding, input_moment)
+        except ValueError as exc:
+            raise RecipeError(f"int4-weight-only: {exc}") from None
+        return Int4WeightOnlyLinear.from_linear(linear, self.group_size, self.symmetric, quantizer=quantizer)
 
 
 RECIPES: dict[str, type[Recipe]] = {cls.name: cls for cls in (Fp8Block, Int8Dynamic, Int8WeightOnly, Int4WeightOnly)}

@@ -145,23 +145,62 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
                 except Exception as exc:  # noqa: BLE001 - record and go on
                     if verbose:
                         print(f"  {family} {m}x{n}x{k} {config}: failed ({exc.__class__.__name__})")
+            default = module.default_config(m, n, k)
+            try:
+                default_ms = bench(default)
+                timings.append((default_ms, default))  # the heuristic competes too
+            except Exception as exc:  # noqa: BLE001
+                default_ms = float("nan")
+                if verbose:
+                    print(f"  {family} {m}x{n}x{k} default {default}: failed ({exc.__class__.__name__})")
             if not timings:
                 continue
             best_ms, best = min(timings, key=lambda t: t[0])
-            default_ms = bench(module.default_config(m, n, k))
             results[_key(m, n, k)] = {"config": best, "ms": best_ms, "default_ms": default_ms,
-                                      "candidates": len(timings)}
+                                      "default": default, "candidates": len(timings)}
             if verbose:
                 print(f"{family} M={m} N={n} K={k}: best {best_ms * 1e3:.1f} us {best} "
                       f"(default {default_ms * 1e3:.1f} us, {len(timings)} candidates)", flush=True)
     return results
 
 
+def best_configs(sweep_file: str | os.PathLike) -> tuple[str, dict[str, dict[str, dict]]]:
+    """(gpu name, {family: {key: config}}) from a file written by ``--out``."""
+    data = json.loads(Path(sweep_file).read_text())
+    return data["gpu"], {family: {key: row["config"] for key, row in rows.items()}
+                         for family, rows in data["families"].items()}
+
+
+def install(sweep_files, shipped: bool = False) -> None:
+    """Merge sweep results into the user cache (this GPU), or with ``shipped`` into the tables
+    shipped with the package (``quantkit/kernels/tuned/<family>.json``, keyed by GPU name)."""
+    for sweep_file in sweep_files:
+        gpu, families = best_configs(sweep_file)
+        for family, configs in families.items():
+            if shipped:
+                path = _SHIPPED_DIR / f"{family}.json"
+                table = json.loads(path.read_text()) if path.is_file() else {}
+                table.setdefault(gpu, {}).update(configs)
+                path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+            else:
+                for key, config in configs.items():
+                    _write_user_cache(family, key, config)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", action="append", required=True)
-    parser.add_argument("--out", required=True, help="JSON file: {gpu name: {family: {key: config}}} + timings")
+    parser.add_argument("--family", action="append")
+    parser.add_argument("--out", help="JSON file: the sweep's timings and best configs")
+    parser.add_argument("--install", nargs="+", metavar="SWEEP_JSON",
+                        help="instead of sweeping, put these sweeps' best configs in the user cache")
+    parser.add_argument("--ship", nargs="+", metavar="SWEEP_JSON",
+                        help="instead of sweeping, merge these sweeps' best configs into the shipped tables")
     args = parser.parse_args(argv)
+    if args.install or args.ship:
+        install(args.install or args.ship, shipped=bool(args.ship))
+        return
+    if not args.family or not args.out:
+        parser.error("--family and --out are required for a sweep")
     out: dict[str, Any] = {"gpu": gpu_name(), "families": {}}
     for family in args.family:
         out["families"][family] = sweep(family)

@@ -10,9 +10,10 @@ from quantkit.reference.int4 import dequantize_weight_int4
 
 
 class Int4WeightOnlyLinear(QuantizedLinear):
-    """Buffers: ``weight_packed`` uint8 [N, K/2] (two codes a byte, layout in
-    :mod:`quantkit.reference.int4`); ``weight_scale`` [N, K/g] in the model dtype;
-    ``weight_zero_point`` uint8 [N, K/g] (8 everywhere when symmetric); optional ``bias`` [N]."""
+    """Buffers: ``weight_packed`` uint8 [N, K/2] (two codes a byte, low nibble first — as int32 words
+    the compressed-tensors order; layout in :mod:`quantkit.reference.int4`); ``weight_scale`` [N, K/g]
+    in the model dtype; ``weight_zero_point`` uint8 [N, K/g] (8 everywhere when symmetric); optional
+    ``bias`` [N]."""
 
     format_name = "int4-weight-only"
     quantized_buffers = ("weight_packed", "weight_scale", "weight_zero_point")

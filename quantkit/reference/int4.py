@@ -14,9 +14,13 @@ Min-max choice of the parameters (the plain rounding; ``quantkit.rounding`` has 
     symmetric:  s = max(|W_grp|) / 7.5 (same flooring/rounding),  z = 8
     q = clamp(round_half_even(W / s) + z, 0, 15)
 
-Canonical packed layout (what checkpoints convert from and to): ``uint8 [N, K // 2]``; byte j of
-row n holds q[n, 2j] in bits 0-3 and q[n, 2j + 1] in bits 4-7 (least significant nibble first,
-no interleave). Zero-points are ``uint8 [N, K // g]``, scales ``[N, K // g]``.
+Packed layout (the layer's ``weight_packed``, what checkpoints convert from and to, and what the
+Triton kernels read, so nothing is repacked per call): ``uint8 [N, K // 2]``; byte j of row n holds
+q[n, 2j] in bits 0-3 and q[n, 2j + 1] in bits 4-7 (least significant nibble first, no interleave).
+Read as little-endian int32 words (``packed.view(torch.int32)``, [N, K // 8], when K % 8 == 0),
+word w of row n holds q[n, 8w + i] in bits 4i..4i+3: that is compressed-tensors' ``pack-quantized``
+int32 layout, and the kernels load 16-byte runs of these words (the reasons for keeping this order
+are in notes/int4_weight_only.md). Zero-points are ``uint8 [N, K // g]``, scales ``[N, K // g]``.
 
 The linear layer computes ``y = x @ dequant(W)^T (+ bias)`` with the weight dequantized to float32
 and the matmul in float32, cast to the activation dtype.

@@ -1,0 +1,294 @@
+"""Per-layer benchmark: every recipe's whole forward against bf16 ``F.linear`` on Llama-3-8B shapes.
+
+Method (PERFORMANCE.md's, so the numbers compare with the peer anchors there):
+
+* shapes N×K (out × in) ∈ {4096×4096, 14336×4096, 4096×14336}, M (tokens) ∈ {1, 16, 128, 1024, 4096};
+  weights ~ N(0, 0.02²) in bf16, inputs ~ N(0, 1) in bf16, no bias;
+* each recipe is applied with ``quantkit.quantize_`` to ``nn.Sequential(nn.Linear)`` and the module's
+  forward is timed as a user calls it: activation quantization, every launch, the epilogue;
+* ``triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")`` (L2 flushed between
+  calls); the baseline is ``F.linear`` on the bf16 weight in the same process;
+* bandwidth counts weight (every buffer of the layer) + activation + output bytes, and is compared
+  with a device-to-device copy measured in the same run (bytes read + written);
+* error is ‖y − y_ref‖ / ‖y_ref‖ with y_ref = float64 ``F.linear`` of the original bf16 weight.
+
+On a machine without a GPU the same code runs on the CPU with a ``perf_counter`` timer (the reference
+numerics), which is how the tests keep the harness from rotting.
+"""
+from __future__ import annotations
+
+import gc
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from quantkit.api import quantize_
+from quantkit.bench import common
+from quantkit.recipes import load_plan, recipe_names
+
+KIND = "quantkit-bench-layers"
+LLAMA_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
+BENCH_M = (1, 16, 128, 1024, 4096)
+BF16 = "bf16"
+
+#: Upper bounds on ‖y − y_ref‖/‖y_ref‖ for weights N(0, 0.02²) and inputs N(0, 1) (PERFORMANCE.md
+#: measured fp8-block 0.037, int8-dynamic 0.014, int8-weight-only 0.010, int4 g128 0.105, bf16
+#: 0.0017). A row above its bound is marked: a fast kernel that is wrong must not pass unnoticed.
+ERROR_BOUNDS = {
+    BF16: 0.005,
+    "fp8-block": 0.05,
+    "int8-dynamic": 0.02,
+    "int8-weight-only": 0.015,
+    "int4-weight-only": 0.13,
+}
+
+
+@dataclass
+class LayerBenchConfig:
+    shapes: list[tuple[int, int]] = field(default_factory=lambda: list(LLAMA_SHAPES))
+    ms: list[int] = field(default_factory=lambda: list(BENCH_M))
+    recipes: list[str] = field(default_factory=recipe_names)
+    device: str | None = None  # None: the GPU if there is one
+    warmup_ms: float = common.WARMUP_MS
+    rep_ms: float = common.REP_MS
+    peers: bool = True
+    compile_peers: bool = False
+    copy_bytes: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class _Method:
+    name: str
+    kind: str  # "bf16", "recipe" or "peer"
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    nbytes: int
+    bound: float | None
+    module: nn.Module | None = None
+    recipe: Any = None
+
+
+def _recipe_type(recipe: Any) -> str | None:
+    plan = load_plan(recipe)
+    return plan.default.name if plan.default is not None else None
+
+
+def _recipe_method(label: str, recipe: Any, weight: torch.Tensor) -> _Method | str:
+    """The quantized ``nn.Sequential(nn.Linear)`` for ``recipe``, or why the recipe skipped it."""
+    n, k = weight.shape
+    model = nn.Sequential(nn.Linear(k, n, bias=False, device=weight.device, dtype=weight.dtype))
+    with torch.no_grad():
+        model[0].weight.copy_(weight)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a layer the recipe cannot take becomes a row saying why
+        report = quantize_(model, recipe)
+    if not report.quantized:
+        return f"not quantized: {report.modules[0].reason if report.modules else 'no linear found'}"
+    return _Method(label, "recipe", model, common.module_nbytes(model), ERROR_BOUNDS.get(_recipe_type(recipe)),
+                   module=model, recipe=recipe)
+
+
+def run_layers(config: LayerBenchConfig, log: Callable[[str], None] = print, argv=None) -> dict[str, Any]:
+    """Run the benchmark; return the result dict (``kind``, ``environment``, ``settings``, ``rows``, ...)."""
+    device = common.resolve_device(config.device)
+    dtype = torch.bfloat16  # the baseline and every table are bf16, as in PERFORMANCE.md
+    recipes = [common.parse_recipe(r) for r in config.recipes]
+    torch.manual_seed(config.seed)
+    started = time.perf_counter()
+    env = common.environment(device, argv)
+    log(f"per-layer benchmark on {env['device']} (torch {env['torch']}, triton {env['triton']})")
+    copy_gbps = common.copy_bandwidth_gbps(device, config.copy_bytes, config.warmup_ms, config.rep_ms)
+    log(f"device-to-device copy: {copy_gbps:,.0f} GB/s (read + write)")
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for n, k in config.shapes:
+        shape_start = time.perf_counter()
+        weight = (torch.randn(n, k, device=device, dtype=torch.float32) * 0.02).to(dtype)
+        methods: list[_Method] = [_Method(BF16, "bf16", lambda x, w=weight: F.linear(x, w), weight.numel()
+                                          * weight.element_size(), ERROR_BOUNDS[BF16])]
+        failed: dict[str, str] = {}
+        for label, recipe in recipes:
+            try:
+                built = _recipe_method(label, recipe, weight)
+            except Exception as exc:  # noqa: BLE001 - one recipe failing must not lose the others' rows
+                built = f"quantize_ failed: {exc.__class__.__name__}: {exc}"
+            if isinstance(built, str):
+                failed[label] = built
+                log(f"  {label} {n}x{k}: {built}")
+            else:
+                methods.append(built)
+        if config.peers:
+            from quantkit.bench.peers import build_peers
+
+            peers, peer_notes = build_peers(weight, config.compile_peers)
+            methods += [_Method(p.name, "peer", p.forward, p.nbytes, None) for p in peers]
+            for note in peer_notes:
+                if note not in notes:
+                    notes.append(note)
+                    log(f"  {note}")
+        for m in config.ms:
+            rows += _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
+        del methods, weight
+        _free(device)
+        log(f"shape {n}x{k} done in {time.perf_counter() - shape_start:.1f} s")
+    return {
+        "kind": KIND,
+        "version": 1,
+        "environment": env,
+        "settings": {
+            "shapes": [list(s) for s in config.shapes], "ms": list(config.ms),
+            "recipes": [label for label, _ in recipes], "dtype": str(dtype).replace("torch.", ""),
+            "warmup_ms": config.warmup_ms, "rep_ms": config.rep_ms, "seed": config.seed,
+            "timer": "triton.testing.do_bench median" if device.type == "cuda" else "perf_counter median (CPU)",
+            "weights": "N(0, 0.02^2)", "inputs": "N(0, 1)",
+        },
+        "copy_bandwidth_GBps": copy_gbps,
+        "notes": notes,
+        "rows": rows,
+        "elapsed_s": time.perf_counter() - started,
+    }
+
+
+def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log) -> list[dict[str, Any]]:
+    n, k = weight.shape
+    x = torch.randn(m, k, device=device, dtype=torch.float32).to(dtype)
+    ref = F.linear(x.double(), weight.double())
+    act_out_bytes = (m * k + m * n) * x.element_size()
+    rows: list[dict[str, Any]] = []
+    base_ms = None
+    for method in methods:
+        row: dict[str, Any] = {"method": method.name, "kind": method.kind, "N": n, "K": k, "M": m,
+                               "backend": None, "ms": None, "us": None, "speedup": None, "tflops": None,
+                               "bytes": method.nbytes + act_out_bytes, "weight_bytes": method.nbytes,
+                               "GBps": None, "pct_copy_bw": None, "rel_err": None, "err_bound": method.bound,
+                               "within_bound": None, "error": None}
+        try:
+            with torch.inference_mode():
+                y = method.forward(x)
+                common.cuda_sync(device)
+                row["rel_err"] = ((y.double() - ref).norm() / ref.norm()).item()
+                del y
+                row["backend"] = _backend(method, device)
+                ms = common.measure_ms(lambda: method.forward(x), device, config.warmup_ms, config.rep_ms)
+        except Exception as exc:  # noqa: BLE001 - record the failure in the table and go on
+            row["error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
+            log(f"  [fail] {method.name} M={m} N={n} K={k}: {row['error']}")
+            _free(device)
+            rows.append(row)
+            continue
+        if method.kind == "bf16":
+            base_ms = ms
+        row.update(ms=ms, us=ms * 1e3, tflops=2 * m * n * k / (ms * 1e-3) / 1e12,
+                   GBps=row["bytes"] / (ms * 1e-3) / 1e9)
+        row["pct_copy_bw"] = 100 * row["GBps"] / copy_gbps if copy_gbps else None
+        row["speedup"] = base_ms / ms if base_ms else None
+        if method.bound is not None:
+            row["within_bound"] = row["rel_err"] <= method.bound
+        rows.append(row)
+        log(f"  {method.name:<28} M={m:<5} N={n:<6} K={k:<6} {ms * 1e3:9.1f} us  "
+            f"{row['speedup'] or 0:5.2f}x  {row['tflops']:7.1f} TFLOP/s  {row['GBps']:7.0f} GB/s  "
+            f"err {row['rel_err']:.4f}{'' if row['within_bound'] is not False else ' ABOVE BOUND'}"
+            f"  [{row['backend']}]")
+    for label, why in failed.items():
+        rows.append({"method": label, "kind": "recipe", "N": n, "K": k, "M": m, "ms": None, "error": why})
+    return rows
+
+
+def _backend(method: _Method, device: torch.device) -> str:
+    if method.kind == "bf16":
+        return "cuBLAS" if device.type == "cuda" else "torch"
+    if method.kind == "peer":
+        return "peer"
+    return common.layer_backends(method.module, device)
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# --------------------------------------------------------------------------- Markdown
+def _shape_label(n: int, k: int) -> str:
+    return f"{n}×{k}"
+
+
+def method_order(result: dict[str, Any]) -> list[str]:
+    """bf16 first, then the recipes in the order asked, then peers in the order first seen."""
+    order = [BF16] + list(result["settings"]["recipes"])
+    for row in result["rows"]:
+        if row["method"] not in order:
+            order.append(row["method"])
+    return order
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    env = result["environment"]
+    settings = result["settings"]
+    rows = result["rows"]
+    order = method_order(result)
+    others = [m for m in order if m != BF16]
+    cells = sorted({(r["N"], r["K"], r["M"]) for r in rows},
+                   key=lambda c: ([tuple(s) for s in settings["shapes"]].index((c[0], c[1]))
+                                  if [c[0], c[1]] in settings["shapes"] else 99, c[2]))
+    by_key = {(r["method"], r["N"], r["K"], r["M"]): r for r in rows}
+    out = ["## Per-layer benchmark", ""]
+    out += common.environment_lines(env)
+    out.append(f"- Copy bandwidth (device-to-device, bytes read + written): "
+               f"{result['copy_bandwidth_GBps']:,.0f} GB/s")
+    out.append(f"- Timer: {settings['timer']} (warmup {settings['warmup_ms']} ms, rep {settings['rep_ms']} ms); "
+               f"baseline bf16 `F.linear` in the same run; weights {settings['weights']}, inputs "
+               f"{settings['inputs']}; error vs float64 `F.linear`")
+    for note in result.get("notes", []):
+        out.append(f"- {note}")
+    out += ["", "### Speedup over bf16 `F.linear`", ""]
+    table = []
+    for n, k, m in cells:
+        base = by_key.get((BF16, n, k, m))
+        line = [_shape_label(n, k), m, common.fmt(base and base.get("us"), ".1f")]
+        for name in others:
+            r = by_key.get((name, n, k, m))
+            line.append(_speedup_cell(r))
+        table.append(line)
+    out.append(common.markdown_table(["N×K", "M", "bf16 µs", *others], table, "lrr" + "r" * len(others)))
+    out += ["", "### Every row", ""]
+    table = []
+    for n, k, m in cells:
+        for name in order:
+            r = by_key.get((name, n, k, m))
+            if r is None:
+                continue
+            if r.get("ms") is None:
+                table.append([_shape_label(n, k), m, name, r.get("backend") or "", "failed", "", "", "", "", "",
+                              r.get("error") or ""])
+                continue
+            err = common.fmt(r["rel_err"], ".4f") + (" (above bound)" if r.get("within_bound") is False else "")
+            table.append([_shape_label(n, k), m, name, r["backend"], f"{r['us']:.1f}", f"{r['speedup']:.2f}x",
+                          f"{r['tflops']:.1f}", f"{r['GBps']:.0f}", common.fmt(r["pct_copy_bw"], ".0f"), err, ""])
+    out.append(common.markdown_table(
+        ["N×K", "M", "method", "backend", "µs", "vs bf16", "TFLOP/s", "GB/s", "% copy BW", "rel. error", "note"],
+        table, "lrllrrrrrrl"))
+    out += ["", "### Output error ‖y − y_ref‖/‖y_ref‖ (range over cells)", ""]
+    table = []
+    for name in order:
+        errs = [r["rel_err"] for r in rows if r["method"] == name and r.get("rel_err") is not None]
+        if not errs:
+            continue
+        bound = next((r.get("err_bound") for r in rows if r["method"] == name and r.get("err_bound")), None)
+        table.append([name, f"{min(errs):.4f}", f"{max(errs):.4f}", common.fmt(bound, ".3f", "")])
+    out.append(common.markdown_table(["method", "min", "max", "bound"], table, "lrrr"))
+    return "\n".join(out) + "\n"
+
+
+def _speedup_cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return ""
+    if row.get("ms") is None or row.get("speedup") is None:
+        return "failed"
+    mark = " (err!)" if row.get("within_bound") is False else ""
+    return f"{row['speedup']:.2f}x{mark}"

@@ -1,0 +1,72 @@
+"""``quantkit bench`` and scripts/bench.py, end to end on the CPU."""
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from quantkit.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_layers_command(tmp_path, capsys):
+    rc = main(["bench", "layers", "--device", "cpu", "--shapes", "128x256", "--m", "1,3", "--recipes",
+               "int8-weight-only", "int4-weight-only:group_size=64", "--warmup-ms", "0", "--rep-ms", "1",
+               "--copy-mib", "1", "--out", str(tmp_path), "--no-plot"])
+    assert rc == 0
+    data = json.loads((tmp_path / "layers.json").read_text())
+    assert [r["method"] for r in data["rows"][:3]] == ["bf16", "int8-weight-only", "int4-weight-only:group_size=64"]
+    assert len(data["rows"]) == 6 and all(r["ms"] for r in data["rows"])
+    md = (tmp_path / "layers.md").read_text()
+    assert md in capsys.readouterr().out and "| 128×256 | 3 |" in md
+    assert not (tmp_path / "layers.png").exists()
+
+
+def test_e2e_command_and_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "r" / "e2e-tiny.json"
+    rc = main(["bench", "e2e", "--device", "cpu", "--preset", "tiny", "--recipes", "int8-weight-only",
+               "--prefill-len", "16", "--prefill-reps", "1", "--batches", "2", "--prompt-len", "3",
+               "--decode-steps", "2", "--json", str(out)])
+    assert rc == 0
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG" and out.with_suffix(".md").is_file()
+    assert "| int8-weight-only | reference | eager |" in capsys.readouterr().out
+    assert main(["bench", "plot", str(out), str(tmp_path / "again.png")]) == 0
+    assert (tmp_path / "again.png").stat().st_size > 5_000
+
+
+def test_plot_errors(tmp_path, monkeypatch, capsys):
+    assert main(["bench", "plot", str(tmp_path / "missing.json"), str(tmp_path / "x.png")]) == 2
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["bench", "plot", str(tmp_path / "bad.json"), str(tmp_path / "x.png")]) == 2
+    assert "not a quantkit bench result" in capsys.readouterr().err
+    rc = main(["bench", "layers", "--device", "cpu", "--shapes", "128x128", "--m", "1", "--recipes",
+               "int8-dynamic", "--rep-ms", "1", "--warmup-ms", "0", "--copy-mib", "1", "--out", str(tmp_path)])
+    assert rc == 0
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["bench", "plot", str(tmp_path / "layers.json"), str(tmp_path / "x.png")]) == 2
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    # after a benchmark run, a missing matplotlib only skips the chart
+    rc = main(["bench", "layers", "--device", "cpu", "--shapes", "128x128", "--m", "1", "--recipes",
+               "int8-dynamic", "--rep-ms", "1", "--warmup-ms", "0", "--copy-mib", "1", "--json",
+               str(tmp_path / "again.json")])
+    assert rc == 0 and "no PNG: matplotlib is not installed" in capsys.readouterr().err
+    assert (tmp_path / "again.json").is_file() and not (tmp_path / "again.png").exists()
+
+
+def test_bad_arguments_exit_2(tmp_path, capsys):
+    assert main(["bench", "layers", "--device", "cpu", "--shapes", "128by128", "--out", str(tmp_path)]) == 2
+    assert "NxK" in capsys.readouterr().err
+    assert main(["bench", "layers", "--device", "cpu", "--recipes", "int3", "--out", str(tmp_path)]) == 2
+    assert "unknown recipe" in capsys.readouterr().err
+
+
+def test_script_wrapper(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "scripts" / "bench.py"), "--help"])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_path(str(ROOT / "scripts" / "bench.py"), run_name="__main__")
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "quantkit bench" in out and "layers" in out and "e2e" in out and "plot" in out
