@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call: bash scripts/gpu_session.sh [stage ...]
-# Stages: env tests tune bench e2e demo (default: all). Results go to $OUT (default ./out).
+# Stages: env tests tune bench e2e rounding convert demo (default: all). Results go to $OUT (default ./out).
 # The GPU machine has torch/triton/transformers but no registry: quantkit runs from the checkout
 # (PYTHONPATH), and the MiniLM model comes from .carry/minilm when the package is absent.
 set -uo pipefail
@@ -9,7 +9,7 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 [ -d .carry/minilm ] && export QUANTKIT_MINILM_DIR=$PWD/.carry/minilm
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
-stages=${*:-env tests tune bench e2e demo}
+stages=${*:-env tests tune bench e2e rounding convert demo}
 t0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - t0 )) s] $*"; }
 for stage in $stages; do
@@ -34,6 +34,12 @@ for stage in $stages; do
     e2e)
       stamp e2e
       python3 -m quantkit bench e2e --json "$OUT/bench_e2e.json" ${E2E_ARGS:-} 2>&1 | tee "$OUT/bench_e2e.log" | tail -30 ;;
+    rounding)
+      stamp rounding
+      python3 -m quantkit.rounding.bench --json "$OUT/rounding_bench.json" 2>&1 | tee "$OUT/rounding_bench.log" | tail -20 ;;
+    convert)
+      stamp convert
+      python3 -m quantkit convert "$QUANTKIT_MINILM_DIR" /tmp/minilm-int4 --recipe int4-weight-only --overwrite --no-progress 2>&1 | tee "$OUT/convert.log" | tail -5 ;;
     demo)
       stamp demo
       python3 -m quantkit demo ${QUANTKIT_MINILM_DIR:+--model "$QUANTKIT_MINILM_DIR"} 2>&1 | tee "$OUT/demo.log" | tail -16 ;;

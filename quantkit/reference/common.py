@@ -18,3 +18,14 @@ def pad_to_multiple(t: torch.Tensor, dim: int, multiple: int) -> torch.Tensor:
         return t
     pad = [0, 0] * (t.dim() - 1 - (dim % t.dim())) + [0, extra]
     return torch.nn.functional.pad(t, pad)
+
+
+def div_exact(t: torch.Tensor, divisor: float) -> torch.Tensor:
+    """``t / divisor`` rounded as IEEE division on every device.
+
+    PyTorch's CUDA kernels turn division by a Python scalar into a multiplication by its reciprocal,
+    which differs from true division in the last bit for some inputs (so scales computed on a GPU
+    would not match the CPU's, nor the kernels' ``div_rn``). Dividing by a tensor on the same device
+    keeps IEEE division everywhere.
+    """
+    return t / torch.tensor(divisor, dtype=t.dtype, device=t.device)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from quantkit.reference.common import AMAX_EPS, ceil_div, pad_to_multiple
+from quantkit.reference.common import AMAX_EPS, ceil_div, div_exact, pad_to_multiple
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
@@ -48,7 +48,7 @@ def _check_scale_fmt(scale_fmt: str | None) -> None:
 
 
 def _scale_from_amax(amax: torch.Tensor, scale_fmt: str | None) -> torch.Tensor:
-    scale = amax.clamp(min=AMAX_EPS) / FP8_MAX
+    scale = div_exact(amax.clamp(min=AMAX_EPS), FP8_MAX)
     if scale_fmt == "ue8m0":
         scale = round_scale_ue8m0(scale)
     return scale

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from quantkit.reference.common import AMAX_EPS
+from quantkit.reference.common import AMAX_EPS, div_exact
 
 INT4_MAX_CODE = 15
 
@@ -62,12 +62,12 @@ def int4_qparams_minmax(
     _check_groups(k, group_size)
     w = weight.float().view(n, k // group_size, group_size)
     if symmetric:
-        scale = (w.abs().amax(dim=-1).clamp(min=AMAX_EPS) / 7.5).to(scale_dtype)
+        scale = div_exact(w.abs().amax(dim=-1).clamp(min=AMAX_EPS), 7.5).to(scale_dtype)
         zero = torch.full_like(scale, 8, dtype=torch.uint8)
     else:
         lo = w.amin(dim=-1).clamp(max=0)
         hi = w.amax(dim=-1).clamp(min=0)
-        scale = ((hi - lo).clamp(min=AMAX_EPS) / INT4_MAX_CODE).to(scale_dtype)
+        scale = div_exact((hi - lo).clamp(min=AMAX_EPS), INT4_MAX_CODE).to(scale_dtype)
         zero = torch.round(-lo / scale.float()).clamp(0, INT4_MAX_CODE).to(torch.uint8)
     return scale, zero
 

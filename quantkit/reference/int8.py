@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import torch
 
-from quantkit.reference.common import AMAX_EPS
+from quantkit.reference.common import AMAX_EPS, div_exact
 
 INT8_MAX = 127.0
 
 
 def _quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     tf = t.float()
-    scale = tf.abs().amax(dim=-1).clamp(min=AMAX_EPS) / INT8_MAX
+    scale = div_exact(tf.abs().amax(dim=-1).clamp(min=AMAX_EPS), INT8_MAX)
     q = torch.round(tf / scale[..., None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
     return q, scale
 

@@ -1,0 +1,46 @@
+"""The cached launcher: same kernels as Triton's own launch, keyed by what Triton specializes on."""
+import pytest
+import torch
+
+from quantkit.kernels.launch import _spec
+
+triton = pytest.importorskip("triton")
+tl = triton.language
+
+
+def test_spec_separates_what_triton_specializes_on():
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    base = torch.empty(64, dtype=torch.bfloat16)
+    values = [1, 0, 16, 17, 2**31 - 1, 2**31, -5, 2**40, 2**63, True, 1.5, None,
+              base, base[1:], base.float(), torch.empty(3, dtype=torch.float8_e4m3fn)]
+    # Two values share a key only if Triton specializes them identically.
+    for a in values:
+        for b in values:
+            if type(a) is not type(b):
+                continue
+            if _spec(a) == _spec(b):
+                assert native_specialize_impl(BaseBackend, a, False, True, True) == \
+                    native_specialize_impl(BaseBackend, b, False, True, True), (a, b)
+
+
+@pytest.mark.gpu
+def test_cached_launch_matches_triton_launch():
+    from quantkit.kernels.launch import cached
+
+    @triton.jit
+    def axpy(x_ptr, y_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, alpha * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask),
+                 mask=mask)
+
+    fast = cached(axpy)
+    for n, offset in [(1000, 0), (1000, 1), (4096, 0), (17, 3), (1000, 0)]:
+        x = torch.randn(n + offset, device="cuda")[offset:]
+        y = torch.randn(n + offset, device="cuda")[offset:]
+        out = torch.empty(n, device="cuda")
+        fast[(triton.cdiv(n, 256),)](x, y, out, n, 2.0, BLOCK=256)
+        torch.testing.assert_close(out, 2.0 * x + y, rtol=0, atol=1e-6)
+    assert len(fast._compiled) >= 3  # aligned / misaligned pointers and n % 16 are distinct variants
