@@ -12,46 +12,53 @@ float32 accumulator (DeepSeek's scheme; it also keeps the fp8 tensor-core accumu
 
 Kernels
   * ``_act_quant_kernel``   x [M, K] (bf16/fp16/fp32) -> codes [M, K] e4m3 + scales (any strides; the
-                            GEMM path writes them K-major, [ceil(K/g), M], so GEMMs load them coalesced).
+                            GEMM path writes them K-major, [ceil(K/b), M], so GEMMs load them coalesced).
   * ``_weight_quant_kernel`` / ``_weight_dequant_kernel``: one program per b×b block.
-  * ``_gemm_tiled_kernel``  y tile [BLOCK_M, BLOCK_N] = x · Wᵀ, for M ≳ 64: pipelined K loop, grouped
-                            launch order, optional TMA loads (sm_90), BLOCK_N = 2b handled as two
-                            b-wide halves (each half has one weight scale and keeps its own 64 regs),
-                            optional Hopper warp specialization (a TMA producer warp group and two
-                            consumer warp groups that scale and multiply out of step); the sweep offers
-                            the latter only after ``warp_specialization_works()`` checked it.
-  * ``_gemm_skinny_kernel`` "swap AB" for decode sizes: yᵀ tile [BLOCK_W, BLOCK_X] = W · xᵀ, so the
-                            weight rows fill the MMA's M side (≥ 16) and BLOCK_X ≥ 16 covers M = 1..16;
-                            small BLOCK_W gives many programs streaming the weight, no split-K.
-  Both GEMMs can quantize the activation tile in registers inside the K loop (``fuse_act_quant``):
-  no extra launch and no fp8 round trip through memory, but every N-tile program redoes it, so it
-  pays only where N / tile is small relative to the weight traffic (decode); otherwise
-  ``_act_quant_kernel`` runs first. ``linear`` picks per problem from the config.
+  * ``_gemm_swap_kernel``   decode and mid-size M ("swap AB"): yᵀ tile [BLOCK_W, BLOCK_X] = W · xᵀ, so
+                            the weight rows are the MMA's M side and BLOCK_X (4..128: a thinner x tile
+                            is not pipelined by Triton) only pads to the MMA's N granularity. One program streams BLOCK_W weight rows over the whole
+                            K, GROUPS quantization blocks per loop step (a step moves BLOCK_W·b·GROUPS
+                            weight bytes, pipelined num_stages deep). ``FUSE`` quantizes the activation
+                            tile in registers inside the loop (one launch, nothing allocated but y).
+  * ``_gemv_kernel``        decode on CUDA cores: fp32 multiply-adds of e4m3 codes converted in
+                            registers, x quantized in the weight tile's layout (no shared memory, no
+                            barrier); each step issues all its loads first, so the bytes in flight are
+                            BLOCK_W·b·GROUPS per program.
+  * ``_gemm_tiled_kernel``  large M: y tile [BLOCK_M, BLOCK_N] = x_q · Wᵀ from the codes of a separate
+                            ``_act_quant_kernel`` pass, pipelined K loop, grouped launch order,
+                            optional host TMA descriptors (sm_90). BLOCK_N ≤ b, so a tile has one
+                            weight scale per K block: the promotion is one FFMA per accumulator.
+  Both GEMMs prefetch the next step's scales one iteration ahead (Triton pipelines the tiles feeding
+  the MMA, not these small loads, whose latency would otherwise sit between the MMA and its FFMA).
+
+Per call: the output; the separate-quantization path (``fuse_act_quant`` false, only for M > 16:
+never at decode sizes) also allocates the e4m3 codes and K-major scales of x from PyTorch's caching
+allocator — the one intermediate buffer, named here as the exception. No host synchronization;
+every launch goes through :func:`quantkit.kernels.launch.cached`.
 
 The activation quantizers divide with ``_div_exact`` (reciprocal, multiply and two fused-multiply-add
 corrections: Markstein's theorem makes the result the correctly rounded quotient) instead of the
 dearer ``div_rn``, on the GPU (tested bit-exact there); under the interpreter, whose fma is not
-fused, they use ``div_rn``.
+fused, they use ``div_rn``. Scales themselves are ``div_rn(amax, 448)`` (``div.rn.f32``), i.e. IEEE.
 
 Layouts: x [M, K] with unit stride along K; weight codes [N, K] contiguous e4m3; weight scales
 float32 [ceil(N/b), ceil(K/b)] (any strides); bias [N]; y [M, N] contiguous in x's dtype (``gemm``:
 ``out_dtype``). N, K need not be multiples of b or of any tile: edges are masked (masked lanes load 0,
-which cannot raise an amax). Limits: b a power of two in [16, 256]; non-finite inputs give
-non-finite outputs but not necessarily the reference's pattern of NaNs.
+which cannot raise an amax, and a masked weight scale of 0 zeroes a block past K). Limits: b a power
+of two in [16, 256]; non-finite inputs give non-finite outputs but not necessarily the reference's
+pattern of NaNs.
 """
 from __future__ import annotations
 
 import functools
-import logging
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
+from quantkit.kernels.launch import cached
 from quantkit.reference.common import AMAX_EPS, ceil_div
 
 MIN_CAPABILITY = (8, 9)  # e4m3 conversions and fp8 MMA need Ada or Hopper
@@ -85,9 +92,11 @@ def _scale_from_amax(amax, UE8M0: tl.constexpr):
 
 
 @triton.jit
-def _div_exact(x, scale, ON_GPU: tl.constexpr):
+def _div_exact(x, scale, ON_GPU: tl.constexpr, ZERO_SIGN: tl.constexpr = True):
     """x [R, C] / scale [R] (per row), the correctly rounded float32 quotient. ON_GPU: compiled (fused
-    fma); the interpreter's fma is a separate multiply and add, so it divides with div_rn."""
+    fma); the interpreter's fma is a separate multiply and add, so it divides with div_rn.
+    ZERO_SIGN=False lets −0 come out as +0 (the corrections lose its sign): fine where the codes only
+    feed a dot product, saving two instructions per element in the GEMMs' fused quantization."""
     if ON_GPU:
         # r = RN(1/s), q0 = RN(x·r) is within 1.5 ulp of x/s; one fma correction q1 = q0 + (x − s·q0)·r
         # makes it faithful (within 1 ulp), and then Markstein's theorem makes the second correction
@@ -95,22 +104,25 @@ def _div_exact(x, scale, ON_GPU: tl.constexpr):
         # underflow. The AMAX_EPS floor keeps s ≥ 2^-49, so every x whose quotient could round to a
         # nonzero code (|x/s| ≥ 2^-11) has |x| ≥ 2^-60 and normal residuals (≈ |x|·2^-24); smaller
         # quotients give a zero code anyway. |q| ≤ 448 and r ≤ 2^49: nothing overflows.
-        s = scale[:, None]
+        # The residual x − s·q is written fma(q, −s, x): the same exactly rounded value, with the
+        # negation paid once per row instead of once per element.
+        neg_s = -scale[:, None]
         r = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)[:, None]
         q0 = x * r
-        q1 = tl.fma(tl.fma(-q0, s, x), r, q0)
-        q = tl.fma(tl.fma(-q1, s, x), r, q1)
-        q = tl.where(q0 == 0.0, q0, q)  # keep the sign of a zero (−0/s is −0)
+        q1 = tl.fma(tl.fma(q0, neg_s, x), r, q0)
+        q = tl.fma(tl.fma(q1, neg_s, x), r, q1)
+        if ZERO_SIGN:
+            q = tl.where(q0 == 0.0, q0, q)  # keep the sign of a zero (−0/s is −0)
     else:
         q = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], x.shape))
     return q
 
 
 @triton.jit
-def _quantize_rows(x, UE8M0: tl.constexpr, ON_GPU: tl.constexpr):
+def _quantize_rows(x, UE8M0: tl.constexpr, ON_GPU: tl.constexpr, ZERO_SIGN: tl.constexpr = True):
     """x [R, G] float32 (one group per row) -> (e4m3 codes [R, G], scales [R])."""
     scale = _scale_from_amax(tl.max(tl.abs(x), axis=1), UE8M0)
-    q = _div_exact(x, scale, ON_GPU)
+    q = _div_exact(x, scale, ON_GPU, ZERO_SIGN)
     if not ON_GPU:
         # On the GPU the conversion is cvt.rn.satfinite, which saturates at ±448 by itself: the
         # reference's clamp changes nothing there (|q| ≤ 448·(1 + 2^-23) rounds to 448 either way).
@@ -180,22 +192,122 @@ def _weight_dequant_kernel(q_ptr, s_ptr, w_ptr, N, K, stride_qn, stride_sn, stri
 
 # ============================================================================ GEMMs
 @triton.jit
-def _load_act_tile(x_ptr, xs_ptr, offs_m, offs_k, kb, M, K, stride_xm, stride_xsm, stride_xsk,
-                   FUSE: tl.constexpr, EVEN_K: tl.constexpr, UE8M0: tl.constexpr, ON_GPU: tl.constexpr):
-    """Rows offs_m of the activation's K block kb as (e4m3 [R, BK], scale [R]); quantized here if FUSE."""
-    mask_m = offs_m < M
-    if EVEN_K:
-        mask = mask_m[:, None]
-    else:
-        mask = mask_m[:, None] & (offs_k[None, :] < K)
-    ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
-    if FUSE:
-        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-        a, a_s = _quantize_rows(x, UE8M0, ON_GPU)
-    else:
-        a = tl.load(ptrs, mask=mask, other=0.0)
-        a_s = tl.load(xs_ptr + offs_m * stride_xsm + kb * stride_xsk, mask=mask_m, other=0.0)
-    return a, a_s
+def _gemv_kernel(
+    x_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
+    N, K,
+    stride_xm, stride_wn, stride_wsn, stride_wsk, stride_ym,
+    BLOCK_W: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, UE8M0: tl.constexpr, ON_GPU: tl.constexpr,
+):
+    """y[row, BLOCK_W] for one activation row (program axis 1) on CUDA cores, quantizing x on the fly.
+
+    Each step first issues the loads of GROUPS K blocks (weights, x, scales: BLOCK_W·b·GROUPS weight
+    bytes in flight per program), then quantizes and multiplies. x is read through pointers broadcast
+    over the BLOCK_W rows, so it lives in the weight tile's register layout: the group's amax is a
+    warp-local reduction and the codes meet the weights without a shared-memory round trip or a
+    barrier. The price: each thread quantizes the values of its own K slice, again in every thread that
+    holds another weight row of the same slice (notes/fp8_block.md counts the instructions)."""
+    pid_w = tl.program_id(0)
+    row = tl.program_id(1)
+    offs_w = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    offs_kk = tl.arange(0, BLOCK_K)
+    mask_w = offs_w < N
+    w_ptrs = w_ptr + offs_w[:, None].to(tl.int64) * stride_wn + offs_kk[None, :]
+    x_ptrs = x_ptr + row.to(tl.int64) * stride_xm + offs_kk[None, :] + tl.zeros([BLOCK_W, 1], dtype=tl.int32)
+    ws_row = ws_ptr + ((pid_w * BLOCK_W) // BLOCK_K) * stride_wsn
+    STEP: tl.constexpr = BLOCK_K * GROUPS
+    acc = tl.zeros([BLOCK_W], dtype=tl.float32)
+    for k0 in range(0, K, STEP):
+        w_t = ()
+        x_t = ()
+        s_t = ()
+        for g in tl.static_range(GROUPS):
+            kg = k0 + g * BLOCK_K
+            in_k = (kg + offs_kk < K)[None, :]
+            w_t = w_t + (tl.load(w_ptrs + kg, mask=mask_w[:, None] & in_k, other=0.0),)
+            x_t = x_t + (tl.load(x_ptrs + kg, mask=in_k, other=0.0),)
+            s_t = s_t + (tl.load(ws_row + (kg // BLOCK_K) * stride_wsk, mask=kg < K, other=0.0),)
+        for g in tl.static_range(GROUPS):
+            xq, x_s = _quantize_rows(x_t[g].to(tl.float32), UE8M0, ON_GPU, False)
+            # e4m3 × e4m3 products are exact in float32; the group's sum is float32 like the MMA's.
+            p = tl.sum(w_t[g].to(tl.float32) * xq.to(tl.float32), axis=1)
+            acc = tl.fma(p, x_s * s_t[g], acc)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_w, mask=mask_w, other=0.0).to(tl.float32)
+    tl.store(y_ptr + row.to(tl.int64) * stride_ym + offs_w, acc.to(y_ptr.dtype.element_ty), mask=mask_w)
+
+
+@triton.jit
+def _gemm_swap_kernel(
+    x_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
+    M, N, K,
+    stride_xm, stride_xsm, stride_xsk, stride_wn, stride_wsn, stride_wsk, stride_ym,
+    BLOCK_W: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS: tl.constexpr,
+    FUSE: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, UE8M0: tl.constexpr, ON_GPU: tl.constexpr,
+):
+    """yᵀ[BLOCK_W, BLOCK_X] = W[BLOCK_W, K] · x[BLOCK_X, K]ᵀ; BLOCK_W divides b (one weight scale row).
+
+    Program order is x-tile fastest, so the programs sharing a weight slice run together (one HBM read).
+    EVEN_K: K is a multiple of the step BLOCK_K·GROUPS (no K masks)."""
+    pid = tl.program_id(0)
+    num_x = tl.cdiv(M, BLOCK_X)
+    pid_x = pid % num_x
+    pid_w = pid // num_x
+    offs_w = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    offs_x = pid_x * BLOCK_X + tl.arange(0, BLOCK_X)
+    offs_kk = tl.arange(0, BLOCK_K)
+    mask_w = offs_w < N
+    mask_x = offs_x < M
+    w_ptrs = w_ptr + offs_w[:, None].to(tl.int64) * stride_wn + offs_kk[None, :]
+    x_ptrs = x_ptr + offs_x[:, None].to(tl.int64) * stride_xm + offs_kk[None, :]
+    ws_row = ws_ptr + ((pid_w * BLOCK_W) // BLOCK_K) * stride_wsn
+    xs_col = xs_ptr + offs_x * stride_xsm
+    STEP: tl.constexpr = BLOCK_K * GROUPS
+
+    # The step's scales, fetched one step ahead (tuples of GROUPS values): Triton pipelines the tiles
+    # feeding the MMA, not these, and in a short step their latency would sit before the FFMA. Past K
+    # a weight scale loads as 0, which zeroes the (all-zero) contribution of a block that is not there.
+    ws_next = ()
+    xs_next = ()
+    for g in tl.static_range(GROUPS):
+        ws_next = ws_next + (tl.load(ws_row + g * stride_wsk, mask=g * BLOCK_K < K, other=0.0),)
+        if not FUSE:
+            xs_next = xs_next + (tl.load(xs_col + g * stride_xsk, mask=mask_x & (g * BLOCK_K < K), other=0.0),)
+    acc = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
+    for k0 in range(0, K, STEP):
+        ws_cur = ws_next
+        xs_cur = xs_next
+        ws_next = ()
+        xs_next = ()
+        for g in tl.static_range(GROUPS):
+            kn = k0 + STEP + g * BLOCK_K
+            ws_next = ws_next + (tl.load(ws_row + (kn // BLOCK_K) * stride_wsk, mask=kn < K, other=0.0),)
+            if not FUSE:
+                xs_next = xs_next + (tl.load(xs_col + (kn // BLOCK_K) * stride_xsk, mask=mask_x & (kn < K),
+                                             other=0.0),)
+        for g in tl.static_range(GROUPS):
+            kg = k0 + g * BLOCK_K
+            if EVEN_K:
+                mask_a = mask_x[:, None]
+                mask_b = mask_w[:, None]
+            else:
+                in_k = (kg + offs_kk < K)[None, :]
+                mask_a = mask_x[:, None] & in_k
+                mask_b = mask_w[:, None] & in_k
+            if FUSE:
+                xv = tl.load(x_ptrs + kg, mask=mask_a, other=0.0).to(tl.float32)
+                xq, x_s = _quantize_rows(xv, UE8M0, ON_GPU, False)
+            else:
+                xq = tl.load(x_ptrs + kg, mask=mask_a, other=0.0)
+                x_s = xs_cur[g]
+            w = tl.load(w_ptrs + kg, mask=mask_b, other=0.0)
+            p = tl.dot(w, tl.trans(xq))
+            acc = tl.fma(p, (x_s * ws_cur[g])[None, :], acc)
+
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_w, mask=mask_w, other=0.0).to(tl.float32)[:, None]
+    y_ptrs = y_ptr + offs_x[None, :].to(tl.int64) * stride_ym + offs_w[:, None]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_w[:, None] & mask_x[None, :])
 
 
 @triton.jit
@@ -204,13 +316,9 @@ def _gemm_tiled_kernel(
     M, N, K,
     stride_xm, stride_xsm, stride_xsk, stride_wn, stride_wsn, stride_wsk, stride_ym,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    FUSE: tl.constexpr, USE_TMA: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-    UE8M0: tl.constexpr, ON_GPU: tl.constexpr, WARP_SPEC: tl.constexpr,
+    USE_TMA: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
 ):
-    """y[BLOCK_M, BLOCK_N] tile; BLOCK_K == the quantization block b. BLOCK_N ≤ b (one weight scale
-    per tile) or BLOCK_N == 2b (two halves, each with its own accumulator and scale)."""
-    TWO_HALVES: tl.constexpr = BLOCK_N == 2 * BLOCK_K
-    BN: tl.constexpr = BLOCK_N // 2 if TWO_HALVES else BLOCK_N  # rows of W per dot
+    """y[BLOCK_M, BLOCK_N] tile of x_q · Wᵀ; BLOCK_K == b and BLOCK_N divides b (one weight scale)."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -222,96 +330,50 @@ def _gemm_tiled_kernel(
     pid_n = (pid % per_group) // group_m
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n0 = pid_n * BLOCK_N + tl.arange(0, BN)
-    offs_n1 = offs_n0 + BN
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_kk = tl.arange(0, BLOCK_K)
-    mask_n0 = offs_n0 < N
-    mask_n1 = offs_n1 < N
-    w_ptrs0 = w_ptr + offs_n0[:, None].to(tl.int64) * stride_wn + offs_kk[None, :]
-    w_ptrs1 = w_ptr + offs_n1[:, None].to(tl.int64) * stride_wn + offs_kk[None, :]
-    ws_ptr0 = ws_ptr + ((pid_n * BLOCK_N) // BLOCK_K) * stride_wsn
-    ws_ptr1 = ws_ptr0 + stride_wsn  # only read when TWO_HALVES, and only for an existing block
-
-    acc0 = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
-    acc1 = tl.zeros([BLOCK_M, BN], dtype=tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K, warp_specialize=WARP_SPEC):
-        kb = k0 // BLOCK_K
-        offs_k = k0 + offs_kk
-        if USE_TMA and not FUSE:
-            a = x_desc.load([pid_m * BLOCK_M, k0])
-            a_s = tl.load(xs_ptr + offs_m * stride_xsm + kb * stride_xsk, mask=offs_m < M, other=0.0)
-        else:
-            a, a_s = _load_act_tile(x_ptr, xs_ptr, offs_m, offs_k, kb, M, K, stride_xm, stride_xsm, stride_xsk,
-                                    FUSE, EVEN_K, UE8M0, ON_GPU)
-        w_s0 = tl.load(ws_ptr0 + kb * stride_wsk)
-        if USE_TMA:
-            b0 = w_desc.load([pid_n * BLOCK_N, k0])
-        elif EVEN_K:
-            b0 = tl.load(w_ptrs0 + k0, mask=mask_n0[:, None], other=0.0)
-        else:
-            b0 = tl.load(w_ptrs0 + k0, mask=mask_n0[:, None] & (offs_k[None, :] < K), other=0.0)
-        p0 = tl.dot(a, b0.T)
-        acc0 = tl.fma(p0, (a_s * w_s0)[:, None], acc0)
-        if TWO_HALVES:
-            w_s1 = tl.load(ws_ptr1 + kb * stride_wsk, mask=pid_n * BLOCK_N + BN < N, other=0.0)
-            if USE_TMA:
-                b1 = w_desc.load([pid_n * BLOCK_N + BN, k0])
-            elif EVEN_K:
-                b1 = tl.load(w_ptrs1 + k0, mask=mask_n1[:, None], other=0.0)
-            else:
-                b1 = tl.load(w_ptrs1 + k0, mask=mask_n1[:, None] & (offs_k[None, :] < K), other=0.0)
-            p1 = tl.dot(a, b1.T)
-            acc1 = tl.fma(p1, (a_s * w_s1)[:, None], acc1)
-
     mask_m = offs_m < M
-    y_rows = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym
-    if HAS_BIAS:
-        acc0 += tl.load(bias_ptr + offs_n0, mask=mask_n0, other=0.0).to(tl.float32)[None, :]
-    tl.store(y_rows + offs_n0[None, :], acc0.to(y_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n0[None, :])
-    if TWO_HALVES:
-        if HAS_BIAS:
-            acc1 += tl.load(bias_ptr + offs_n1, mask=mask_n1, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_rows + offs_n1[None, :], acc1.to(y_ptr.dtype.element_ty),
-                 mask=mask_m[:, None] & mask_n1[None, :])
+    mask_n = offs_n < N
+    x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_kk[None, :]
+    w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + offs_kk[None, :]
+    xs_col = xs_ptr + offs_m * stride_xsm
+    ws_row = ws_ptr + ((pid_n * BLOCK_N) // BLOCK_K) * stride_wsn
 
-
-@triton.jit
-def _gemm_skinny_kernel(
-    x_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
-    M, N, K,
-    stride_xm, stride_xsm, stride_xsk, stride_wn, stride_wsn, stride_wsk, stride_ym,
-    BLOCK_W: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_K: tl.constexpr,
-    FUSE: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-    UE8M0: tl.constexpr, ON_GPU: tl.constexpr,
-):
-    """yᵀ[BLOCK_W, BLOCK_X] = W[BLOCK_W, K] · x[BLOCK_X, K]ᵀ; BLOCK_W divides b (one weight scale)."""
-    pid_w = tl.program_id(0)
-    pid_x = tl.program_id(1)
-    offs_w = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
-    offs_x = pid_x * BLOCK_X + tl.arange(0, BLOCK_X)
-    offs_kk = tl.arange(0, BLOCK_K)
-    mask_w = offs_w < N
-    w_ptrs = w_ptr + offs_w[:, None].to(tl.int64) * stride_wn + offs_kk[None, :]
-    ws_row = ws_ptr + ((pid_w * BLOCK_W) // BLOCK_K) * stride_wsn
-
-    acc = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
+    a_s_next = tl.load(xs_col, mask=mask_m, other=0.0)
+    w_s_next = tl.load(ws_row)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kb = k0 // BLOCK_K
-        offs_k = k0 + offs_kk
-        xq, x_s = _load_act_tile(x_ptr, xs_ptr, offs_x, offs_k, kb, M, K, stride_xm, stride_xsm, stride_xsk,
-                                 FUSE, EVEN_K, UE8M0, ON_GPU)
-        w_s = tl.load(ws_row + kb * stride_wsk)
-        if EVEN_K:
-            w = tl.load(w_ptrs + k0, mask=mask_w[:, None], other=0.0)
+        a_s = a_s_next
+        w_s = w_s_next
+        ahead = k0 + BLOCK_K < K
+        a_s_next = tl.load(xs_col + (kb + 1) * stride_xsk, mask=mask_m & ahead, other=0.0)
+        w_s_next = tl.load(ws_row + (kb + 1) * stride_wsk, mask=ahead, other=0.0)
+        if USE_TMA:
+            a = x_desc.load([pid_m * BLOCK_M, k0])
+            b = w_desc.load([pid_n * BLOCK_N, k0])
+        elif EVEN_K:
+            a = tl.load(x_ptrs + k0, mask=mask_m[:, None], other=0.0)
+            b = tl.load(w_ptrs + k0, mask=mask_n[:, None], other=0.0)
         else:
-            w = tl.load(w_ptrs + k0, mask=mask_w[:, None] & (offs_k[None, :] < K), other=0.0)
-        p = tl.dot(w, xq.T)
-        acc = tl.fma(p, (x_s * w_s)[None, :], acc)
+            in_k = (k0 + offs_kk < K)[None, :]
+            a = tl.load(x_ptrs + k0, mask=mask_m[:, None] & in_k, other=0.0)
+            b = tl.load(w_ptrs + k0, mask=mask_n[:, None] & in_k, other=0.0)
+        p = tl.dot(a, b.T)
+        acc = tl.fma(p, (a_s * w_s)[:, None], acc)
 
     if HAS_BIAS:
-        acc += tl.load(bias_ptr + offs_w, mask=mask_w, other=0.0).to(tl.float32)[:, None]
-    y_ptrs = y_ptr + offs_x[None, :].to(tl.int64) * stride_ym + offs_w[:, None]
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_w[:, None] & (offs_x[None, :] < M))
+        acc += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+_act_quant_fast = cached(_act_quant_kernel)
+_weight_quant_fast = cached(_weight_quant_kernel)
+_weight_dequant_fast = cached(_weight_dequant_kernel)
+_gemv_fast = cached(_gemv_kernel)
+_gemm_swap_fast = cached(_gemm_swap_kernel)
+_gemm_tiled_fast = cached(_gemm_tiled_kernel)
 
 
 # ============================================================================ host side
@@ -322,9 +384,11 @@ def _check_block_size(block_size: int) -> None:
 
 
 def _check_scale_fmt(scale_fmt) -> bool:
-    if scale_fmt not in (None, "ue8m0"):
+    if scale_fmt is None:
+        return False
+    if scale_fmt != "ue8m0":
         raise ValueError(f"scale_fmt must be None or 'ue8m0', got {scale_fmt!r}")
-    return scale_fmt == "ue8m0"
+    return True
 
 
 def _check_2d(t: torch.Tensor, name: str, dtypes, unit_last_stride: bool = True) -> None:
@@ -332,7 +396,7 @@ def _check_2d(t: torch.Tensor, name: str, dtypes, unit_last_stride: bool = True)
         raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
     if t.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
-    if unit_last_stride and t.shape[1] > 1 and t.stride(1) != 1:
+    if unit_last_stride and t.stride(1) != 1 and t.shape[1] > 1:
         raise ValueError(f"{name} must have unit stride along its last dimension (call .contiguous()), "
                          f"got strides {t.stride()}")
 
@@ -345,10 +409,11 @@ def _check_weight(weight_q: torch.Tensor, weight_scale: torch.Tensor, block_size
     n, kw = weight_q.shape
     if k is not None and kw != k:
         raise ValueError(f"weight_q has {kw} input features but x has {k}")
-    expected = (ceil_div(n, block_size), ceil_div(kw, block_size))
-    if weight_scale.dtype != torch.float32 or tuple(weight_scale.shape) != expected:
-        raise ValueError(f"weight_scale must be float32 of shape {expected} for weight {(n, kw)} and block size "
-                         f"{block_size}, got {weight_scale.dtype} {tuple(weight_scale.shape)}")
+    if weight_scale.dtype != torch.float32 or weight_scale.dim() != 2 \
+            or weight_scale.shape[0] != -(-n // block_size) or weight_scale.shape[1] != -(-kw // block_size):
+        raise ValueError(f"weight_scale must be float32 of shape {(ceil_div(n, block_size), ceil_div(kw, block_size))} "
+                         f"for weight {(n, kw)} and block size {block_size}, got {weight_scale.dtype} "
+                         f"{tuple(weight_scale.shape)}")
     if weight_scale.device != weight_q.device:
         raise ValueError(f"weight_scale is on {weight_scale.device} but weight_q on {weight_q.device}")
 
@@ -361,11 +426,6 @@ def _check_bias(bias, n: int, device) -> None:
                          f"strides {bias.stride()}")
     if bias.dtype not in _FLOAT_DTYPES or bias.device != device:
         raise ValueError(f"bias must be bf16/fp16/fp32 on {device}, got {bias.dtype} on {bias.device}")
-
-
-def _on_gpu(t: torch.Tensor) -> bool:
-    """Compiled kernels (not the interpreter): fused fma and a saturating e4m3 conversion."""
-    return t.is_cuda
 
 
 @functools.lru_cache(maxsize=None)
@@ -404,8 +464,8 @@ def _launch_act_quant(x, q, s, stride_sm, stride_sg, group, ue8m0) -> None:
     while x.is_cuda and block_m > 1 and triton.cdiv(m, block_m) * groups < 256:
         block_m //= 2
     grid = (triton.cdiv(m, block_m), groups)
-    _act_quant_kernel[grid](x, q, s, m, k, x.stride(0), q.stride(0), stride_sm, stride_sg,
-                            BLOCK_M=block_m, GROUP=group, UE8M0=ue8m0, ON_GPU=_on_gpu(x), num_warps=4)
+    _act_quant_fast[grid](x, q, s, m, k, x.stride(0), q.stride(0), stride_sm, stride_sg,
+                          BLOCK_M=block_m, GROUP=group, UE8M0=ue8m0, ON_GPU=x.is_cuda, num_warps=4)
 
 
 def quantize_weight(weight: torch.Tensor, block_size: int = 128, scale_fmt: str | None = None):
@@ -423,9 +483,9 @@ def quantize_weight(weight: torch.Tensor, block_size: int = 128, scale_fmt: str 
     s = torch.empty(ceil_div(n, block_size), ceil_div(k, block_size), dtype=torch.float32, device=weight.device)
     if n and k:
         rows = max(1, min(block_size, 4096 // block_size))
-        _weight_quant_kernel[(s.shape[0], s.shape[1])](weight, q, s, n, k, weight.stride(0), q.stride(0),
-                                                       s.stride(0), s.stride(1), BLOCK=block_size, ROWS=rows,
-                                                       UE8M0=ue8m0, num_warps=4)
+        _weight_quant_fast[(s.shape[0], s.shape[1])](weight, q, s, n, k, weight.stride(0), q.stride(0),
+                                                     s.stride(0), s.stride(1), BLOCK=block_size, ROWS=rows,
+                                                     UE8M0=ue8m0, num_warps=4)
     return q, s
 
 
@@ -439,133 +499,109 @@ def dequantize_weight(weight_q: torch.Tensor, scale: torch.Tensor, block_size: i
     w = torch.empty(n, k, dtype=dtype, device=weight_q.device)
     if n and k:
         rows = max(1, min(block_size, 4096 // block_size))
-        _weight_dequant_kernel[(scale.shape[0], scale.shape[1])](weight_q, scale, w, n, k, weight_q.stride(0),
-                                                                 scale.stride(0), scale.stride(1), w.stride(0),
-                                                                 BLOCK=block_size, ROWS=rows, num_warps=4)
+        _weight_dequant_fast[(scale.shape[0], scale.shape[1])](weight_q, scale, w, n, k, weight_q.stride(0),
+                                                               scale.stride(0), scale.stride(1), w.stride(0),
+                                                               BLOCK=block_size, ROWS=rows, num_warps=4)
     return w
 
 
 # ---------------------------------------------------------------------------- configs
 # A config says which GEMM runs and how:
-#   {"kernel": "skinny", "BLOCK_W", "BLOCK_X", "num_warps", "num_stages", "fuse_act_quant"}
-#   {"kernel": "tiled", "BLOCK_M", "BLOCK_N", "GROUP_M", "num_warps", "num_stages", "fuse_act_quant", "tma",
-#    "warp_specialize"}
-# warp_specialize (sm_90, TMA only) lets Triton split the CTA into a TMA producer warp group and two
-# consumer warp groups (num_warps=4 becomes 12 warps) that run their MMA / scaling phases out of step.
+#   {"kernel": "gemv", "BLOCK_W", "GROUPS", "num_warps", "num_stages" (1), "fuse_act_quant" (True)}
+#     CUDA-core decode kernel, one program per (BLOCK_W weight rows, activation row); fused only.
+#   {"kernel": "swap", "BLOCK_W", "BLOCK_X", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"}
+#     BLOCK_X is the largest x tile: the launcher uses max(4, min(BLOCK_X, next_pow2(M))).
+#   {"kernel": "tiled", "BLOCK_M", "BLOCK_N", "GROUP_M", "tma", "fuse_act_quant" (False), "num_warps",
+#    "num_stages"}
 _CONFIG_KEYS = {
-    "skinny": {"BLOCK_W", "BLOCK_X", "num_warps", "num_stages", "fuse_act_quant"},
-    "tiled": {"BLOCK_M", "BLOCK_N", "GROUP_M", "num_warps", "num_stages", "fuse_act_quant", "tma",
-              "warp_specialize"},
+    "gemv": ("BLOCK_W", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"),
+    "swap": ("BLOCK_W", "BLOCK_X", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"),
+    "tiled": ("BLOCK_M", "BLOCK_N", "GROUP_M", "tma", "fuse_act_quant", "num_warps", "num_stages"),
 }
 
 
-def _skinny(bw, bx, warps, stages, fuse) -> dict:
-    return {"kernel": "skinny", "BLOCK_W": bw, "BLOCK_X": bx, "num_warps": warps, "num_stages": stages,
-            "fuse_act_quant": fuse}
+def _gemv(bw, groups, warps) -> dict:
+    return {"kernel": "gemv", "BLOCK_W": bw, "GROUPS": groups, "fuse_act_quant": True, "num_warps": warps,
+            "num_stages": 1}
 
 
-def _tiled(bm, bn, warps, stages, tma, fuse=False, ws=False, group_m=8) -> dict:
-    return {"kernel": "tiled", "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m, "num_warps": warps,
-            "num_stages": stages, "fuse_act_quant": fuse, "tma": tma, "warp_specialize": ws}
+def _swap(bw, bx, groups, warps, stages, fuse) -> dict:
+    return {"kernel": "swap", "BLOCK_W": bw, "BLOCK_X": bx, "GROUPS": groups, "fuse_act_quant": fuse,
+            "num_warps": warps, "num_stages": stages}
 
 
-def default_config(M: int, N: int, K: int) -> dict:
-    """A sound choice without tuning (notes/fp8_block.md gives the reasoning)."""
-    if M <= 16:
-        return _skinny(64, 16, 4, 6, True)
-    if M <= 64:
-        return _skinny(64, 32 if M <= 32 else 64, 4, 5, False)
-    if M <= 256:
-        return _tiled(64, 128, 4, 4, True)
-    return _tiled(128, 128, 8, 4, True)
+def _tiled(bm, bn, warps, stages, tma, group_m=8) -> dict:
+    return {"kernel": "tiled", "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m, "tma": tma,
+            "fuse_act_quant": False, "num_warps": warps, "num_stages": stages}
 
 
-def candidate_configs(M: int, N: int, K: int) -> list[dict]:
-    """The search space for the offline sweep: ≤ 8 per problem, ≤ 24 distinct over the benchmark cells.
-    Warp-specialized configs are offered only where :func:`warp_specialization_works`."""
-    if M <= 16:
-        return [_skinny(32, 16, 4, 6, True), _skinny(64, 16, 4, 6, True), _skinny(64, 16, 4, 8, True),
-                _skinny(32, 16, 4, 6, False), _skinny(64, 16, 4, 6, False), _skinny(64, 16, 4, 8, False),
-                _skinny(128, 16, 4, 4, False)]
-    if M <= 64:
-        bx = 32 if M <= 32 else 64
-        return [_skinny(32, bx, 4, 5, False), _skinny(64, bx, 4, 5, False), _skinny(128, bx, 4, 4, False),
-                _skinny(64, bx, 4, 5, True), _tiled(64, 64, 4, 5, True), _tiled(64, 128, 4, 4, True)]
-    if M <= 256:
-        configs = [_tiled(64, 64, 4, 5, True), _tiled(64, 128, 4, 4, True), _tiled(128, 64, 4, 4, True),
-                   _tiled(128, 128, 8, 4, True), _tiled(64, 128, 4, 4, False, fuse=True)]
-    else:
-        configs = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 256, 8, 3, True),
-                   _tiled(64, 256, 8, 4, True)]
-    if warp_specialization_works():
-        configs += _WS_CONFIGS_MID if M <= 256 else _WS_CONFIGS_LARGE
-    return configs
-
-
-_WS_CONFIGS_MID = [_tiled(64, 128, 4, 4, True, ws=True), _tiled(128, 128, 4, 4, True, ws=True)]
-_WS_CONFIGS_LARGE = [_tiled(128, 128, 4, 4, True, ws=True), _tiled(128, 128, 4, 5, True, ws=True),
-                     _tiled(128, 256, 4, 3, True, ws=True), _tiled(128, 128, 4, 4, True, ws=True, group_m=16)]
-
-
-@functools.lru_cache(maxsize=None)
-def warp_specialization_works() -> bool:
-    """Whether the warp-specialized GEMMs run, and agree with the plain ones, on this machine.
-
-    Triton's Hopper warp specialization is young: a miscompile could hang or give wrong numbers, so
-    before the sweep (or autotuning) offers those configs, a child process runs each of them once
-    with a timeout and compares with the 8-warp kernel. Without a GPU there is nothing to protect."""
-    if not torch.cuda.is_available():
-        return True
-    if not _has_tma(torch.cuda.current_device()):
-        return False
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-    code = "from quantkit.kernels.fp8_block import _probe_warp_specialization as p; p()"
-    try:
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
-        why = "" if done.returncode == 0 and done.stdout.strip().endswith("ok") else \
-            f"exit {done.returncode}: {(done.stdout + done.stderr)[-1500:]}"
-    except subprocess.TimeoutExpired:
-        why = "no answer in 180 s"
-    if why:
-        logging.getLogger("quantkit").warning("fp8_block: warp-specialized GEMMs left out of tuning (%s)", why)
-    return not why
-
-
-def _probe_warp_specialization() -> None:
-    # Shapes specialize like the sweep's (M, N, K multiples of 16, K of 128, no bias), so the sweep
-    # finds these compilations in Triton's cache.
-    torch.manual_seed(0)
-    m, n, k = 1024, 2048, 2048
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    weight_q, weight_scale = quantize_weight(torch.randn(n, k, device="cuda") * 0.02)
-    for config in _WS_CONFIGS_MID + _WS_CONFIGS_LARGE:
-        y = linear(x, weight_q, weight_scale, config=config)
-        plain = linear(x, weight_q, weight_scale, config=dict(config, warp_specialize=False, num_warps=8))
-        torch.cuda.synchronize()
-        err = ((y.float() - plain.float()).norm() / plain.float().norm()).item()
-        if not err <= 1e-3:
-            raise SystemExit(f"warp-specialized {config} differs from the plain kernel: {err:.3g}")
-    print("ok")
+def _pow2(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
 
 
 def _check_config(config: dict, block_size: int) -> None:
     kind = config.get("kernel")
-    if kind not in _CONFIG_KEYS:
+    keys = _CONFIG_KEYS.get(kind)
+    if keys is None:
         raise ValueError(f"fp8_block config needs 'kernel' in {sorted(_CONFIG_KEYS)}, got {config!r}")
-    missing = _CONFIG_KEYS[kind] - set(config)
-    if missing:
-        raise ValueError(f"fp8_block {kind} config is missing {sorted(missing)}: {config!r}")
-    if kind == "skinny":
-        bw, bx = config["BLOCK_W"], config["BLOCK_X"]
-        if bw < 16 or block_size % bw or bx < 16 or bx & (bx - 1):
-            raise ValueError(f"skinny config needs BLOCK_W a power of two in [16, block_size={block_size}] and "
-                             f"BLOCK_X a power of two ≥ 16: {config!r}")
+    for key in keys:
+        if key not in config:
+            raise ValueError(f"fp8_block {kind} config is missing {key!r}: {config!r}")
+    stages = config["num_stages"]
+    if not _pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+        raise ValueError(f"fp8_block config needs num_warps a power of two and num_stages ≥ 1: {config!r}")
+    if kind in ("gemv", "swap"):
+        bw, groups = config["BLOCK_W"], config["GROUPS"]
+        bx = config.get("BLOCK_X", 1)
+        if not (_pow2(bw) and 16 <= bw <= block_size and _pow2(bx) and bx <= 256 and _pow2(groups)
+                and groups <= 16):
+            raise ValueError(f"{kind} config needs BLOCK_W a power of two in [16, block_size={block_size}], "
+                             f"BLOCK_X a power of two ≤ 256 and GROUPS a power of two ≤ 16: {config!r}")
+        if kind == "gemv" and not config["fuse_act_quant"]:
+            raise ValueError(f"the gemv kernel quantizes x itself (fuse_act_quant=True): {config!r}")
     else:
         bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-        if bm < 16 or bm & (bm - 1) or bn < 16 or not (block_size % bn == 0 or bn == 2 * block_size):
-            raise ValueError(f"tiled config needs BLOCK_M a power of two ≥ 16 and BLOCK_N dividing block_size="
-                             f"{block_size} or equal to 2·block_size: {config!r}")
+        if not (_pow2(bm) and bm >= 16 and _pow2(bn) and 16 <= bn <= block_size):
+            raise ValueError(f"tiled config needs BLOCK_M a power of two ≥ 16 and BLOCK_N a power of two in "
+                             f"[16, block_size={block_size}]: {config!r}")
+        if config["fuse_act_quant"]:
+            raise ValueError(f"the tiled kernel reads quantized activations (fuse_act_quant=False): {config!r}")
+
+
+def default_config(M: int, N: int, K: int) -> dict:
+    """A sound choice without tuning (reasoning and round-1 data in notes/fp8_block.md)."""
+    if M <= 16:
+        # 64 weight rows per program: wgmma (m64nX) where M allows, and half the fused re-quantization of x
+        # that 32-row programs pay (SASS: ~26–38 issue cycles per KB of weight against ~50–90).
+        return _swap(64, 1, 2, 4, 5, True) if M == 1 else _swap(64, 16, 2, 4, 4, True)
+    if M <= 64:
+        return _swap(64, 64, 1, 4, 4, False)
+    if M <= 256:
+        return _swap(64, 64, 2, 4, 3, False)
+    return _tiled(128, 128, 8, 4, True)
+
+
+# The sweep's search space by M bucket: ≤ 8 per cell, ≤ 24 distinct over the 15 benchmark cells, each
+# compiled offline for sm_90 without spills (notes/fp8_block.md). Every M ≤ 16 entry is fused.
+_DECODE_1 = [_swap(64, 1, 2, 4, 5, True), _swap(64, 1, 1, 4, 6, True), _swap(32, 1, 2, 4, 6, True),
+             _swap(32, 1, 4, 4, 3, True), _swap(128, 1, 1, 4, 4, True), _gemv(16, 8, 4)]
+_DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _swap(64, 16, 1, 4, 6, True), _swap(64, 16, 2, 8, 4, True),
+              _swap(32, 16, 1, 4, 8, True), _swap(128, 16, 1, 8, 4, True), _swap(128, 16, 2, 4, 3, True)]
+_MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 128, 1, 4, 4, False), _swap(64, 64, 1, 4, 4, False),
+        _tiled(64, 128, 4, 4, False)]
+_LARGE = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 128, 8, 4, False),
+          _tiled(64, 128, 4, 4, True), _tiled(64, 128, 4, 3, False), _tiled(128, 128, 8, 4, True, group_m=16)]
+
+
+def candidate_configs(M: int, N: int, K: int) -> list[dict]:
+    """The search space for the offline sweep."""
+    if M == 1:
+        return list(_DECODE_1)
+    if M <= 16:
+        return list(_DECODE_16)
+    if M <= 256:
+        return list(_MID)
+    return list(_LARGE)
 
 
 def make_bench_inputs(N: int, K: int, dtype=torch.bfloat16) -> tuple:
@@ -579,43 +615,48 @@ def make_bench_inputs(N: int, K: int, dtype=torch.bfloat16) -> tuple:
 def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, block_size, config, fuse, ue8m0):
     m, k = x.shape
     n = weight_q.shape[0]
-    even_k = k % block_size == 0
     has_bias = bias is not None
     bias_arg = bias if has_bias else y  # never read when HAS_BIAS is False
-    xs_arg = xs if xs is not None else y
-    on_gpu = _on_gpu(x)
-    if config["kernel"] == "skinny":
-        bw, bx = config["BLOCK_W"], config["BLOCK_X"]
-        grid = (triton.cdiv(n, bw), triton.cdiv(m, bx))
-        _gemm_skinny_kernel[grid](
+    xs_arg = xs if xs is not None else y  # never read when the activation is quantized in the kernel
+    if config["kernel"] == "gemv":
+        bw = config["BLOCK_W"]
+        _gemv_fast[(triton.cdiv(n, bw), m)](
+            x, weight_q, weight_scale, bias_arg, y, n, _loop_bound(k),
+            x.stride(0), weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1), y.stride(0),
+            BLOCK_W=bw, BLOCK_K=block_size, GROUPS=config["GROUPS"], HAS_BIAS=has_bias, UE8M0=ue8m0,
+            ON_GPU=x.is_cuda, num_warps=config["num_warps"], num_stages=1)
+        return y
+    if config["kernel"] == "swap":
+        bw = config["BLOCK_W"]
+        # At least 4 rows: a thinner x tile gives each thread < 4 bytes, which Triton does not pipeline
+        # (cp.async moves 4-16 bytes), so its L2 latency would stall every K block.
+        bx = max(4, min(config["BLOCK_X"], triton.next_power_of_2(m)))
+        groups = config["GROUPS"]
+        grid = (triton.cdiv(n, bw) * triton.cdiv(m, bx),)
+        _gemm_swap_fast[grid](
             x, xs_arg, weight_q, weight_scale, bias_arg, y, m, n, _loop_bound(k),
             x.stride(0), stride_xsm, stride_xsk, weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1),
             y.stride(0),
-            BLOCK_W=bw, BLOCK_X=bx, BLOCK_K=block_size, FUSE=fuse, HAS_BIAS=has_bias, EVEN_K=even_k,
-            UE8M0=ue8m0, ON_GPU=on_gpu, num_warps=config["num_warps"], num_stages=config["num_stages"])
+            BLOCK_W=bw, BLOCK_X=bx, BLOCK_K=block_size, GROUPS=groups, FUSE=fuse,
+            HAS_BIAS=has_bias, EVEN_K=k % (block_size * groups) == 0, UE8M0=ue8m0, ON_GPU=x.is_cuda,
+            num_warps=config["num_warps"], num_stages=config["num_stages"])
         return y
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    warps = config["num_warps"]
-    use_tma = bool(config["tma"]) and _tma_usable(weight_q) and (fuse or _tma_usable(x))
-    # Triton's Hopper warp specialization only handles TMA-fed loops (it aborts the process otherwise).
-    warp_spec = bool(config["warp_specialize"]) and use_tma and not fuse
-    if config["warp_specialize"] and not warp_spec:
-        warps = max(warps, 8)  # two warp groups, as the specialized kernel's consumers would have been
     x_desc = w_desc = None
+    use_tma = config["tma"] and _tma_usable(weight_q) and _tma_usable(x)
     if use_tma:
+        # Host descriptors cost a few µs of Python per call: only large-M configs ask for them.
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        w_desc = TensorDescriptor.from_tensor(weight_q, [bn // 2 if bn == 2 * block_size else bn, block_size])
-        if not fuse:
-            x_desc = TensorDescriptor.from_tensor(x, [bm, block_size])
+        x_desc = TensorDescriptor.from_tensor(x, [bm, block_size])
+        w_desc = TensorDescriptor.from_tensor(weight_q, [bn, block_size])
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    _gemm_tiled_kernel[grid](
+    _gemm_tiled_fast[grid](
         x, x_desc, xs_arg, weight_q, w_desc, weight_scale, bias_arg, y, m, n, _loop_bound(k),
         x.stride(0), stride_xsm, stride_xsk, weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1),
         y.stride(0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_size, GROUP_M=config["GROUP_M"], FUSE=fuse, USE_TMA=use_tma,
-        HAS_BIAS=has_bias, EVEN_K=even_k, UE8M0=ue8m0, ON_GPU=on_gpu, WARP_SPEC=warp_spec,
-        num_warps=warps, num_stages=config["num_stages"])
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_size, GROUP_M=config["GROUP_M"], USE_TMA=use_tma,
+        HAS_BIAS=has_bias, EVEN_K=k % block_size == 0, num_warps=config["num_warps"], num_stages=config["num_stages"])
     return y
 
 
@@ -649,15 +690,20 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     y = torch.empty(m, n, dtype=out_dtype, device=x_q.device)
     if m == 0 or n == 0:
         return y
-    config = dict(config if config is not None else _tuned_config(x_q, m, n, k, None), fuse_act_quant=False)
+    config = config if config is not None else _tuned_config(x_q, m, n, k, None)
     _check_config(config, block_size)
+    if config["kernel"] == "gemv":  # it quantizes x itself; the same weight tiling through the MMA kernel
+        config = _swap(config["BLOCK_W"], 1, config["GROUPS"], config["num_warps"], 4, False)
     return _run_gemm(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias, y,
                      block_size, config, False, False)
 
 
 def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
            block_size: int = 128, scale_fmt: str | None = None, *, config: dict | None = None) -> torch.Tensor:
-    """The Fp8BlockLinear forward on x [M, K]: quantize x per 1×b group, block-scaled GEMM, bias; y in x.dtype."""
+    """The Fp8BlockLinear forward on x [M, K]: quantize x per 1×b group, block-scaled GEMM, bias; y in x.dtype.
+
+    Fused configs (decode sizes) are one launch that allocates only y; the others quantize x first
+    into codes and K-major scales (allocated here) and run the GEMM on them."""
     _check_block_size(block_size)
     ue8m0 = _check_scale_fmt(scale_fmt)
     _check_2d(x, "x", _FLOAT_DTYPES)

@@ -10,41 +10,47 @@ little-endian int32 words [N, K/8]: word w of row n holds q[n, 8w + i] in bits 4
 ``weight_scale`` [N, K/g] (bf16, fp16 or fp32), ``weight_zero_point`` uint8 [N, K/g], all contiguous;
 ``bias`` [N] in any float dtype; ``x`` [M, K] with unit stride along K (any row stride); output [M, N].
 
-Kernels (the reasoning and the per-cell byte/FLOP counts are in notes/int4_weight_only.md)
-  * ``_gemv_kernel`` (decode, M <= 16): CUDA cores, float32 throughout. Each program streams
-    BLOCK_N rows x GROUPS_PER_TILE whole groups per iteration with 16-byte loads. A nibble becomes a
-    float with one LOP3: ``(word & (0xF << p)) | 0x4B000000`` is the float 2^23 + q·2^p exactly
-    (p = 0, 4, .., 16; the top three nibbles are first shifted down by 12), so ``- 2^23`` gives
-    q·2^p and the 2^-p goes into the activation once per tile. Per group:
-    ``s * (sum q*x - z * sum x)``. Grid (N / BLOCK_N, M, SPLIT_K).
-  * ``_mma_kernel`` (M >= 2, and a candidate at M = 1): tensor cores, acc[BM, BN] += x tile ·
-    W tile^T with the weight tile dequantized in the K loop. On the GPU a short PTX sequence turns
-    one int32 word into eight bf16/fp16 values: PRMT moves byte j's two nibbles into the two
-    halves of a register, one LOP3 ORs in the exponent of 128 (bf16) / 1024 (fp16), and a packed
-    FMA subtracts (128 + z) exactly — two weights per instruction. ``SCALE_IN`` multiplies by the
-    scale there as well (one rounding of (q - z)·s to the activation dtype, as a bf16 weight would
-    be); without it (decode sizes) the dot takes the exact integer weights q - z and the float32
-    partial product of the tile is scaled instead (one group per tile: BLOCK_K <= g), which is both
-    cheaper and float32-exact. For BLOCK_M = 16 Triton feeds mma.sync from registers (its operand
-    layout lets each thread take whole words); for BLOCK_M >= 64 wgmma reads the tile from shared
-    memory, and Triton waits for each wgmma before the next tile is dequantized (two programs per
-    SM overlap instead). Grouped launch order, software-pipelined loads (num_stages).
-  * ``_mma_swap_kernel`` (config ``SWAP``): the same product as Y^T tile = W tile · X^T tile, the
-    dequantized weight being the left operand that wgmma reads from registers; the packed bytes
-    go from shared memory straight into the fragment layout (one byte, two weights, per element),
-    and Triton keeps the wgmma of one tile in flight while the next is dequantized.
+Kernels (the reasoning, per-cell byte counts and predicted times are in notes/int4_weight_only.md)
+  * ``_small_kernel`` (decode, M <= 16; config ``{"kernel": "small"}``): one launch, no workspace.
+    Tensor cores with the weight as the LEFT operand: Y^T tile [BLOCK_N, BLOCK_M] = W tile · X^T
+    tile, with BLOCK_M = M rounded up to a power of two (Triton pads the mma's n8 itself, so M = 1
+    wastes no shared memory). Each iteration takes CHUNKS consecutive K chunks of DK = min(g, 128)
+    columns as the batch of a 3-D dot; the warps split the batch, i.e. the K range, so a program of
+    16-64 rows still has 4-8 warps and 8-64 KB of weight in flight (cp.async, num_stages), and
+    N / BLOCK_N programs stream the weight once. Per chunk the dot takes the *exact* integers q - z
+    and its float32 result is multiplied by the scale (``acc += dot * s``): float32-exact up to
+    summation order. The batch is summed across warps once at the end. Dequantization: inline PTX
+    per int32 word, 3 SHR + 4 LOP3 + 4 packed FMA for 8 weights: ``(w >> 4j) & 0x000F000F | magic``
+    is the 16-bit float pair (magic + q_j, magic + q_{j+4}) and ``fma(t, 1, -(magic + z))`` makes it
+    (q_j - z, q_{j+4} - z) exactly; the pairing (j, j + 4) becomes k order by permuting K the same way
+    in the activation tile (inside each 8-column word: logical 2j + e <-> physical j + 4e).
+  * ``_gemv_kernel`` (M = 1 alternative, ``{"kernel": "gemv"}``): CUDA cores, float32 throughout.
+    A nibble becomes a float with one LOP3: ``(word & (0xF << p)) | 0x4B000000`` is 2^23 + q·2^p
+    exactly; ``- 2^23`` gives q·2^p and 2^-p goes into the activation. Per group
+    ``s * (sum q*x - z * sum x)``. Grid (N / BLOCK_N, M).
+  * ``_mma_kernel`` (M > 16, ``{"kernel": "mma"}``): acc[BM, BN] += x tile · W tile^T with the
+    weight dequantized in the K loop (PTX: PRMT + LOP3 + packed FMA, codes in natural order).
+    ``SCALE_IN`` multiplies by the scale there as well (one rounding of (q - z)·s to the activation
+    dtype, as a bf16 weight would be); without it the dot takes q - z and the float32 partial
+    product of the tile is scaled (BLOCK_K <= g). Grouped launch order, software-pipelined loads.
+    With ``SPLIT_K`` > 1 the K range is split across programs that write float32 partials to a
+    workspace [SPLIT_K, M, N] summed by ``_splitk_reduce_kernel`` (fixed order, adds the bias, casts).
+  * ``_dequant_kernel`` + cuBLAS (large M, ``{"kernel": "dequant_mm"}``, the default from M = 512):
+    the weight is dequantized into a temporary [N, K] tensor of x.dtype ((q - z)·s rounded once, as
+    ``SCALE_IN``) and ``F.linear`` runs the GEMM. Where the GEMM is compute-bound this costs the
+    N·K/2 + 2·N·K bytes of one pass (~14 µs at 4096x4096 on an H100) and gets cuBLAS' tensor-core
+    rate, which beats dequantizing in the K loop of ``_mma_kernel`` (0.53-0.61x of bf16 at M >= 1024).
   Float32 activations (and the interpreter) take the same paths in float32 arithmetic with
   ``input_precision="ieee"``.
-  * ``_splitk_reduce_kernel``: with SPLIT_K > 1 the K range is split across programs that write
-    float32 partials to a workspace [SPLIT_K, M, N]; this second launch sums them in a fixed order
-    (deterministic), adds the bias and casts. The workspace is the only allocation besides the
-    output, and only for split configs (the caching allocator serves it; inside CUDA-graph capture
-    it comes from the graph's pool).
+
+Allocations per call: the output only, except (a) ``mma`` configs with SPLIT_K > 1 (float32
+workspace, M > 16 only) and (b) ``dequant_mm`` (the [N, K] weight); both come from PyTorch's caching
+allocator (inside CUDA-graph capture, from the graph's pool) and are used only where the GPU time is
+tens of microseconds. Every launch goes through :func:`quantkit.kernels.launch.cached`.
 
 Limits: group_size a power of two >= 16 (the recipes use 32, 64, 128, 256) and K % group_size == 0;
 M and N arbitrary. ``linear`` picks a config per problem (``quantkit.kernels.tuning``: tuned table,
-else ``default_config``): ``{"kernel": "gemv", ...}`` or ``{"kernel": "mma", ...}``; a gemv config is
-honoured for M <= 16, above that the mma kernel runs with its default config.
+else ``default_config``); a ``gemv`` config is honoured for M = 1 only (other M run the default).
 """
 from __future__ import annotations
 
@@ -52,43 +58,68 @@ import os
 import sys
 
 import torch
+import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from quantkit.kernels.launch import cached
 
 MIN_CAPABILITY = (8, 0)
 FAMILY = "int4_weight_only"
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_GEMV_MAX_M = 16
+_SMALL_MAX_M = 16
 # float32 2^23 has an all-zero mantissa: OR-ing a nibble into bits 0..22 gives 2^23 + value exactly.
 _MAGIC = 0x4B000000
 _MAGIC_F = tl.constexpr(8388608.0)
 _MAGIC_C = tl.constexpr(_MAGIC)
 
-# dequantization modes of the mma kernel
+# dequantization modes
 _MODE_F32 = 0  # float32 arithmetic (float32 activations, the interpreter, or ASM disabled)
 _MODE_BF16 = 1
 _MODE_F16 = 2
 
 
+def _asm_consts(fp16: bool) -> tuple[str, str, str]:
+    """(magic pair, 1.0 pair, packed FMA) of the 16-bit float type: ``magic | q`` is the float
+    magic + q (128 for bf16, 1024 for fp16: both have a unit last mantissa bit)."""
+    return ("0x64006400", "0x3C003C00", "fma.rn.f16x2") if fp16 else ("0x43004300", "0x3F803F80", "fma.rn.bf16x2")
+
+
+def _asm_pairs(fp16: bool) -> str:
+    """PTX for ``tl.inline_asm_elementwise(pack=2)`` over ``join(words, words)`` (small kernel):
+    output j receives codes j and j + 4 of the word (bits 4j.. and 4j + 16..) minus the zero-point,
+    exactly. Operands: $0..$3 the four outputs (16-bit pairs), $4 (= $5) the word, $6 the pair
+    (-(magic + z), -(magic + z)) precomputed outside (it is per row, not per word)."""
+    magic, one, fma = _asm_consts(fp16)
+    lines = ["{", ".reg .b32 t, u, one;", f"mov.b32 one, {one};"]
+    for j in range(4):
+        src = "$4"
+        if j:
+            lines.append(f"shr.b32 u, $4, {4 * j};")
+            src = "u"
+        lines.append(f"lop3.b32 t, {src}, 0x000F000F, {magic}, 0xEA;")  # (src & mask) | magic
+        lines.append(f"{fma} ${j}, t, one, $6;")
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def _asm_dequant(fp16: bool, scale: bool) -> str:
-    """PTX for ``tl.inline_asm_elementwise(pack=2)`` over ``join(words, words)``: the pair of
-    elements (word, 0), (word, 1) of output j receives codes 2j and 2j+1 of the word (byte j's low
-    and high nibble), minus the zero-point, times the scale if ``scale``.
+    """PTX for ``tl.inline_asm_elementwise(pack=2)`` over ``join(words, words)`` (tile and dequant
+    kernels, natural code order): output j receives codes 2j and 2j+1 of the word (byte j's low and
+    high nibble), minus the zero-point, times the scale if ``scale``.
 
     Operands: $0..$3 the four outputs (16-bit pairs), $4 (= $5) the word, $6 the pair
-    (magic + z, magic + z), $7 the scale pair. ``magic | q`` is the 16-bit float magic + q (128 for
-    bf16, 1024 for fp16, both with a unit last mantissa bit), so ``(magic | q) - (magic + z)`` is
-    exactly q - z; the scale multiply (an FMA with -0.0) rounds once."""
-    magic, one, fma = ("0x64006400", "0x3C003C00", "fma.rn.f16x2") if fp16 else \
-        ("0x43004300", "0x3F803F80", "fma.rn.bf16x2")
+    (magic + z, magic + z), $7 the scale pair. ``(magic | q) - (magic + z)`` is exactly q - z; the
+    scale multiply (an FMA with -0.0) rounds once."""
+    magic, one, fma = _asm_consts(fp16)
     lines = ["{", ".reg .b32 t, u, one, nz, mz;", f"mov.b32 one, {one};", "mov.b32 mz, 0x80008000;",
              "xor.b32 nz, $6, 0x80008000;", "shr.b32 u, $4, 4;"]
     for j in range(4):
         # byte 0 <- byte j of the word (low nibble = code 2j); byte 2 <- byte j of word >> 4 (code 2j+1)
         lines.append(f"prmt.b32 t, $4, u, 0x{4 + j}{4 + j}{j}{j};")
-        lines.append(f"lop3.b32 t, t, 0x000F000F, {magic}, 0xEA;")  # (t & mask) | magic
+        lines.append(f"lop3.b32 t, t, 0x000F000F, {magic}, 0xEA;")
         if scale:
             lines.append(f"{fma} t, t, one, nz;")
             lines.append(f"{fma} ${j}, t, $7, mz;")
@@ -98,42 +129,15 @@ def _asm_dequant(fp16: bool, scale: bool) -> str:
     return "\n".join(lines)
 
 
-def _asm_dequant_bytes(fp16: bool, scale: bool) -> str:
-    """PTX for ``tl.inline_asm_elementwise(pack=4)`` over a uint8 tensor of packed bytes: outputs
-    ``lo`` and ``hi`` get byte e's low / high nibble (the codes at k = 2j and 2j+1 for byte j of a
-    row), minus the zero-point, times the scale if ``scale``. Operands: $0 $1 lo pairs (e0 e1, e2 e3),
-    $2 $3 hi pairs, $4 the four bytes, $5 $6 the (magic + z) pairs, $7 $8 the scale pairs (elements of
-    one pack may sit in different rows, so every pair is used as given)."""
-    magic, one, fma = ("0x64006400", "0x3C003C00", "fma.rn.f16x2") if fp16 else \
-        ("0x43004300", "0x3F803F80", "fma.rn.bf16x2")
-    lines = ["{", ".reg .b32 t, u, one, nz, mz;", f"mov.b32 one, {one};", "mov.b32 mz, 0x80008000;"]
-    for h in range(2):  # h = 0: bytes 0, 1 (elements e0, e1); h = 1: bytes 2, 3
-        # byte 0 <- byte 2h, byte 2 <- byte 2h+1; (t >> 4) brings their high nibbles down
-        lines.append(f"prmt.b32 t, $4, 0, 0x{2 * h + 1}{2 * h + 1}{2 * h}{2 * h};")
-        lines.append("shr.b32 u, t, 4;")
-        lines.append(f"lop3.b32 t, t, 0x000F000F, {magic}, 0xEA;")
-        lines.append(f"lop3.b32 u, u, 0x000F000F, {magic}, 0xEA;")
-        lines.append(f"xor.b32 nz, ${5 + h}, 0x80008000;")
-        if scale:
-            lines.append(f"{fma} t, t, one, nz;")
-            lines.append(f"{fma} u, u, one, nz;")
-            lines.append(f"{fma} ${h}, t, ${7 + h}, mz;")
-            lines.append(f"{fma} ${2 + h}, u, ${7 + h}, mz;")
-        else:
-            lines.append(f"{fma} ${h}, t, one, nz;")
-            lines.append(f"{fma} ${2 + h}, u, one, nz;")
-    lines.append("}")
-    return "\n".join(lines)
-
-
+_ASMP_BF16 = tl.constexpr(_asm_pairs(False))
+_ASMP_F16 = tl.constexpr(_asm_pairs(True))
 _ASM_BF16_SUB = tl.constexpr(_asm_dequant(False, False))
 _ASM_BF16_SCALE = tl.constexpr(_asm_dequant(False, True))
 _ASM_F16_SUB = tl.constexpr(_asm_dequant(True, False))
 _ASM_F16_SCALE = tl.constexpr(_asm_dequant(True, True))
-_ASMB_BF16_SUB = tl.constexpr(_asm_dequant_bytes(False, False))
-_ASMB_BF16_SCALE = tl.constexpr(_asm_dequant_bytes(False, True))
-_ASMB_F16_SUB = tl.constexpr(_asm_dequant_bytes(True, False))
-_ASMB_F16_SCALE = tl.constexpr(_asm_dequant_bytes(True, True))
+# s and z rows are a few sectors each, re-read once per K chunk: bring them to L1 at the start so the
+# in-loop loads (which cannot join the cp.async pipeline: 1-2 bytes per thread) do not wait on DRAM.
+_ASM_PREFETCH = tl.constexpr("prefetch.global.L1 [$1];\nmov.u32 $0, 0;")
 
 
 def _loop_bound(n: int):
@@ -143,7 +147,98 @@ def _loop_bound(n: int):
     return tl.constexpr(n) if _INTERPRET else n
 
 
-# --------------------------------------------------------------------------- device code
+# --------------------------------------------------------------------------- device code: small M
+@triton.jit
+def _prefetch_rows(base_ptr, rows, row_len, PREFETCH: tl.constexpr):
+    """Prefetch ``row_len`` elements from ``base_ptr + row * row_len`` for each row into L1: one
+    prefetch per 128 bytes and one at the row's last element (a row may end in one more line)."""
+    if PREFETCH:
+        STEP: tl.constexpr = 1024 // base_ptr.dtype.element_ty.primitive_bitwidth
+        row_ptrs = base_ptr + rows * row_len
+        for off in range(0, row_len, STEP):
+            tl.inline_asm_elementwise(_ASM_PREFETCH, "=r,l", [row_ptrs + off], dtype=tl.int32, is_pure=False,
+                                      pack=1)
+        tl.inline_asm_elementwise(_ASM_PREFETCH, "=r,l", [row_ptrs + (row_len - 1)], dtype=tl.int32, is_pure=False,
+                                  pack=1)
+
+
+@triton.jit
+def _small_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr,
+                  M, N, KW, G, stride_xm, TILES,
+                  R: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DK: tl.constexpr,
+                  CHUNKS: tl.constexpr, MODE: tl.constexpr, HAS_BIAS: tl.constexpr, PREFETCH: tl.constexpr):
+    """Y^T[n, m] for a BLOCK_N x BLOCK_M tile; iteration t covers the K chunks c = t*CHUNKS + b
+    (b < CHUNKS) of DK columns, chunk c in group c // R."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    DKW: tl.constexpr = DK // 8
+    w_ptr = w_ptr.to(tl.pointer_type(tl.int32))  # the uint8 [N, K/2] buffer read as words [N, K/8]
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_b = tl.arange(0, CHUNKS)
+    rows = offs_n % N  # in-bounds loads everywhere; the store is masked
+    m_ok = offs_m < M
+    x_ptrs = (x_ptr + offs_m.to(tl.int64)[None, None, :] * stride_xm + (offs_b * DK)[:, None, None]
+              + tl.arange(0, DK)[None, :, None])  # [CHUNKS, DK, BLOCK_M]
+    w_ptrs = (w_ptr + rows.to(tl.int64)[None, :, None] * KW + (offs_b * DKW)[:, None, None]
+              + tl.arange(0, DKW)[None, None, :])  # [CHUNKS, BLOCK_N, DKW]
+    # group of chunk t*CHUNKS + b = (t*CHUNKS) // R + b // R (R and CHUNKS are powers of two); the
+    # loop-invariant part as a tensor lets Triton load s and z straight into the layouts that use them.
+    # (Two index tensors built differently, so that they are not merged into one that both loads share.)
+    z_off = rows[None, :] * G + (offs_b // R)[:, None]  # [CHUNKS, BLOCK_N]
+    s_off = (rows * G)[None, :] + (offs_b // R)[:, None]
+    _prefetch_rows(s_ptr, rows, G, PREFETCH)
+    _prefetch_rows(z_ptr, rows, G, PREFETCH)
+
+    acc = tl.zeros([CHUNKS, BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for t in range(0, TILES):
+        words = tl.load(w_ptrs + t * (CHUNKS * DKW))
+        if R == 1:
+            g_t = t * CHUNKS  # known multiple of CHUNKS: s and z load as CHUNKS-wide vectors (cp.async)
+        else:
+            g_t = (t * CHUNKS) // R
+        z = tl.load(z_ptr + z_off + g_t).to(tl.int32)  # [CHUNKS, BLOCK_N]
+        s = tl.load(s_ptr + s_off + g_t).to(tl.float32)
+        # o_j[b, n, w, e] = code j + 4e of word w minus z, exactly
+        if MODE == 0:
+            w2 = tl.join(words, words)
+            e16 = (tl.arange(0, 2) * 16)[None, None, None, :]
+            zf = z.to(tl.float32)[:, :, None, None]
+            o0 = ((w2 >> e16) & 0xF).to(tl.float32) - zf
+            o1 = ((w2 >> (e16 + 4)) & 0xF).to(tl.float32) - zf
+            o2 = ((w2 >> (e16 + 8)) & 0xF).to(tl.float32) - zf
+            o3 = ((w2 >> (e16 + 12)) & 0xF).to(tl.float32) - zf
+        elif MODE == 1:
+            nz = (z | 0xC300).to(tl.int16).to(tl.bfloat16, bitcast=True)[:, :, None, None]  # -(128 + z)
+            o0, o1, o2, o3 = tl.inline_asm_elementwise(
+                _ASMP_BF16, "=r,=r,=r,=r,r,r,r", [tl.join(words, words), nz],
+                dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+        else:
+            nz = (z | 0xE400).to(tl.int16).to(tl.float16, bitcast=True)[:, :, None, None]  # -(1024 + z)
+            o0, o1, o2, o3 = tl.inline_asm_elementwise(
+                _ASMP_F16, "=r,=r,=r,=r,r,r,r", [tl.join(words, words), nz],
+                dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+        q = tl.join(tl.join(o0, o1), tl.join(o2, o3))  # [.., w, e, b2, a2]: code 2*a2 + b2 + 4e
+        # logical column 8w + 2j + e holds code j + 4e (j = 2*a2 + b2)
+        wt = tl.reshape(tl.permute(q, (0, 1, 2, 5, 4, 3)), (CHUNKS, BLOCK_N, DK))
+        xt = tl.load(x_ptrs + t * (CHUNKS * DK), mask=m_ok[None, None, :], other=0.0)
+        # the same permutation of K inside each 8-column word: logical 2j + e <- physical j + 4e
+        xt = tl.reshape(tl.permute(tl.reshape(xt, (CHUNKS, DKW, 2, 4, BLOCK_M)), (0, 1, 3, 2, 4)),
+                        (CHUNKS, DK, BLOCK_M))
+        if MODE == 0:
+            part = tl.dot(wt, xt.to(tl.float32), input_precision="ieee")
+        else:
+            part = tl.dot(wt, xt)
+        acc += part * s[:, :, None]
+
+    y = tl.sum(acc, axis=0)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rows).to(tl.float32)[:, None]
+    ptrs = y_ptr + offs_m.to(tl.int64)[None, :] * N + offs_n[:, None]
+    tl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_n < N)[:, None] & m_ok[None, :])
+
+
+# --------------------------------------------------------------------------- device code: GEMV (M = 1)
 @triton.jit
 def _nib_f32(v, MASK: tl.constexpr, magic):
     # (v & MASK) sits in bits 0..22: 2^23 + that, minus 2^23, exactly. ``magic`` is a runtime value so
@@ -152,19 +247,18 @@ def _nib_f32(v, MASK: tl.constexpr, magic):
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
-                 M, N, KW, G, stride_xm, TILES, magic,
+def _gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr,
+                 N, KW, G, stride_xm, TILES, magic,
                  GROUP: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS_PER_TILE: tl.constexpr,
-                 EVEN_G: tl.constexpr, USE_WS: tl.constexpr, HAS_BIAS: tl.constexpr, NUM_STAGES: tl.constexpr):
+                 EVEN_G: tl.constexpr, HAS_BIAS: tl.constexpr, NUM_STAGES: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
-    pid_k = tl.program_id(2)
     WPG: tl.constexpr = GROUP // 8  # int32 words per group
     BKW: tl.constexpr = GROUPS_PER_TILE * WPG
-    w_ptr = w_ptr.to(tl.pointer_type(tl.int32))  # the uint8 [N, K/2] buffer read as words [N, K/8]
+    w_ptr = w_ptr.to(tl.pointer_type(tl.int32))
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = offs_n % N  # in-bounds loads everywhere; the store is masked
+    rows = offs_n % N
     offs_w = tl.arange(0, BKW)
     offs_i = tl.arange(0, 8)
     offs_g = tl.arange(0, GROUPS_PER_TILE)
@@ -179,7 +273,7 @@ def _gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
     acc = tl.zeros([BLOCK_N, GROUPS_PER_TILE], dtype=tl.float32)
     # tl.range's num_stages makes Triton prefetch these loads (cp.async) as it does for tl.dot loops.
     for it in tl.range(0, TILES, num_stages=NUM_STAGES):
-        g0 = (pid_k * TILES + it) * GROUPS_PER_TILE
+        g0 = it * GROUPS_PER_TILE
         word = g0 * WPG + offs_w  # [BKW] word index in the row
         x_idx = word[:, None] * 8 + offs_i[None, :]  # [BKW, 8]
         grp = g0 + offs_g
@@ -218,15 +312,12 @@ def _gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
         acc += s * (qx - z * sx[None, :])
 
     y = tl.sum(acc, axis=1)
-    n_ok = offs_n < N
-    if USE_WS:
-        tl.store(ws_ptr + (pid_k * M + pid_m).to(tl.int64) * N + offs_n, y, mask=n_ok)
-    else:
-        if HAS_BIAS:
-            y += tl.load(b_ptr + rows).to(tl.float32)
-        tl.store(y_ptr + pid_m.to(tl.int64) * N + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_ok)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rows).to(tl.float32)
+    tl.store(y_ptr + pid_m.to(tl.int64) * N + offs_n, y.to(y_ptr.dtype.element_ty), mask=offs_n < N)
 
 
+# --------------------------------------------------------------------------- device code: tiles (M > 16)
 @triton.jit
 def _dequant_pairs(words, z, s, MODE: tl.constexpr, SCALE_IN: tl.constexpr):
     """words [BN, BKW] int32, z [BN] uint8, s [BN] float -> o0..o3 [BN, BKW, 2] with
@@ -271,6 +362,13 @@ def _dequant_pairs(words, z, s, MODE: tl.constexpr, SCALE_IN: tl.constexpr):
 
 
 @triton.jit
+def _words_to_tile(o0, o1, o2, o3, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """o_j[n, w, e] (code 8w + 2j + e) -> [BLOCK_N, BLOCK_K] in k order (register relabelling)."""
+    q = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [BN, BKW, e, a, b]: code 4a + 2b + e
+    return tl.reshape(tl.permute(q, (0, 1, 3, 4, 2)), (BLOCK_N, BLOCK_K))
+
+
+@triton.jit
 def _mma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
                 M, N, KW, G, stride_xm, TILES,
                 GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -290,13 +388,13 @@ def _mma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
     pid_n = (pid % num_pid_in_group) // group_size_m
 
     BKW: tl.constexpr = BLOCK_K // 8
-    w_ptr = w_ptr.to(tl.pointer_type(tl.int32))  # the uint8 [N, K/2] buffer read as words [N, K/8]
+    w_ptr = w_ptr.to(tl.pointer_type(tl.int32))
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = offs_n % N  # in-bounds weight loads; the store is masked
+    rows = offs_n % N
     m_ok = offs_m < M
     x_ptrs = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
-    w_ptrs = w_ptr + rows[:, None] * KW + tl.arange(0, BKW)[None, :]
+    w_ptrs = w_ptr + rows.to(tl.int64)[:, None] * KW + tl.arange(0, BKW)[None, :]
     s_ptrs = s_ptr + rows * G
     z_ptrs = z_ptr + rows * G
 
@@ -308,9 +406,7 @@ def _mma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
         s = tl.load(s_ptrs + g)
         z = tl.load(z_ptrs + g)
         o0, o1, o2, o3 = _dequant_pairs(words, z, s, MODE, SCALE_IN)
-        # o_j[n, w, e] is code 8w + 2j + e: interleave back to k order
-        q = tl.join(tl.join(o0, o2), tl.join(o1, o3))  # [BN, BKW, e, a, b]: code 4a + 2b + e
-        w = tl.reshape(tl.permute(q, (0, 1, 3, 4, 2)), (BLOCK_N, BLOCK_K))
+        w = _words_to_tile(o0, o1, o2, o3, BLOCK_N, BLOCK_K)
         if EVEN_M:
             xt = tl.load(x_ptrs + t * BLOCK_K)
         else:
@@ -337,107 +433,6 @@ def _mma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
 
 
 @triton.jit
-def _dequant_bytes(b, z, s, MODE: tl.constexpr, SCALE_IN: tl.constexpr):
-    """b [BN, BKB] uint8, z [BN] uint8, s [BN] float -> (lo, hi) [BN, BKB]: byte j's low / high
-    nibble (codes 2j, 2j+1) minus z, times s if SCALE_IN; float32 for MODE 0, else bf16 / fp16."""
-    if MODE == 0:
-        bi = b.to(tl.int32)
-        zf = (z.to(tl.int32) | _MAGIC_C).to(tl.float32, bitcast=True)[:, None]  # 2^23 + z
-        lo = ((bi & 0xF) | _MAGIC_C).to(tl.float32, bitcast=True) - zf
-        hi = ((bi >> 4) | _MAGIC_C).to(tl.float32, bitcast=True) - zf
-        if SCALE_IN:
-            lo = lo * s.to(tl.float32)[:, None]
-            hi = hi * s.to(tl.float32)[:, None]
-    else:
-        if MODE == 1:
-            zh = (z.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True)[:, None]
-            if SCALE_IN:
-                lo, hi = tl.inline_asm_elementwise(
-                    _ASMB_BF16_SCALE, "=r,=r,=r,=r,r,r,r,r,r", [b, zh, s.to(tl.bfloat16)[:, None]],
-                    dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-            else:
-                lo, hi = tl.inline_asm_elementwise(
-                    _ASMB_BF16_SUB, "=r,=r,=r,=r,r,r,r", [b, zh],
-                    dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-        else:
-            zh = (z.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True)[:, None]
-            if SCALE_IN:
-                lo, hi = tl.inline_asm_elementwise(
-                    _ASMB_F16_SCALE, "=r,=r,=r,=r,r,r,r,r,r", [b, zh, s.to(tl.float16)[:, None]],
-                    dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
-            else:
-                lo, hi = tl.inline_asm_elementwise(
-                    _ASMB_F16_SUB, "=r,=r,=r,=r,r,r,r", [b, zh],
-                    dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
-    return lo, hi
-
-
-@triton.jit
-def _mma_swap_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
-                     M, N, KB, G, stride_xm, TILES,
-                     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_M: tl.constexpr, MODE: tl.constexpr, SCALE_IN: tl.constexpr, DOT_F32: tl.constexpr,
-                     EVEN_M: tl.constexpr, USE_WS: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """Y^T tile [BN, BM] = W tile · X^T tile: the dequantized weight is the left operand, which
-    wgmma reads from registers (the bytes come from shared memory straight into the fragment
-    layout), so the tensor cores can run one tile behind the dequantization."""
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
-    pid_n = (pid % num_pid_in_group) // group_size_m
-
-    BKB: tl.constexpr = BLOCK_K // 2
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = offs_n % N
-    m_ok = offs_m < M
-    x_ptrs = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :]
-    w_ptrs = w_ptr + rows[:, None] * KB + tl.arange(0, BKB)[None, :]
-    s_ptrs = s_ptr + rows * G
-    z_ptrs = z_ptr + rows * G
-
-    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    for it in range(0, TILES):
-        t = pid_k * TILES + it
-        b = tl.load(w_ptrs + t * BKB)  # [BLOCK_N, BKB] bytes
-        g = (t * BLOCK_K) // GROUP
-        s = tl.load(s_ptrs + g)
-        z = tl.load(z_ptrs + g)
-        lo, hi = _dequant_bytes(b, z, s, MODE, SCALE_IN)
-        w = tl.reshape(tl.join(lo, hi), (BLOCK_N, BLOCK_K))  # byte j -> codes 2j, 2j+1
-        if EVEN_M:
-            xt = tl.load(x_ptrs + t * BLOCK_K)
-        else:
-            xt = tl.load(x_ptrs + t * BLOCK_K, mask=m_ok[:, None], other=0.0)
-        if DOT_F32:
-            w = w.to(tl.float32)
-            xtt = tl.trans(xt.to(tl.float32))
-        else:
-            w = w.to(x_ptr.dtype.element_ty)
-            xtt = tl.trans(xt)
-        if SCALE_IN:
-            acc = tl.dot(w, xtt, acc, input_precision="ieee" if DOT_F32 else None)
-        else:
-            acc += tl.dot(w, xtt, input_precision="ieee" if DOT_F32 else None) * s.to(tl.float32)[:, None]
-
-    mask = (offs_n < N)[:, None] & m_ok[None, :]
-    if USE_WS:
-        ptrs = ws_ptr + (pid_k * M + offs_m.to(tl.int64))[None, :] * N + offs_n[:, None]
-        tl.store(ptrs, acc, mask=mask)
-    else:
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + rows).to(tl.float32)[:, None]
-        ptrs = y_ptr + offs_m.to(tl.int64)[None, :] * N + offs_n[:, None]
-        tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def _splitk_reduce_kernel(ws_ptr, b_ptr, y_ptr, MN, N,
                           SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -450,15 +445,62 @@ def _splitk_reduce_kernel(ws_ptr, b_ptr, y_ptr, MN, N,
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+# --------------------------------------------------------------------------- device code: dequantize (large M)
+@triton.jit
+def _dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, KW, G,
+                    GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr, MODE: tl.constexpr,
+                    ROUND_BF16: tl.constexpr):
+    """out[n, k] = (q - z) * s rounded once to out's dtype; a [BLOCK_N, 8 * BLOCK_KW] tile per program."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    w_ptr = w_ptr.to(tl.pointer_type(tl.int32))
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    wk = pid_k * BLOCK_KW + tl.arange(0, BLOCK_KW)
+    ok = (rows < N)[:, None] & (wk < KW)[None, :]
+    rows64 = rows.to(tl.int64)[:, None]
+    words = tl.load(w_ptr + rows64 * KW + wk[None, :], mask=ok, other=0, eviction_policy="evict_first")
+    grp = (wk * 8) // GROUP  # a word never straddles two groups (GROUP >= 16)
+    s = tl.load(s_ptr + rows64 * G + grp[None, :], mask=ok, other=0.0)
+    z = tl.load(z_ptr + rows64 * G + grp[None, :], mask=ok, other=0)
+    w2 = tl.join(words, words)
+    if MODE == 0:
+        zf = z.to(tl.float32)[:, :, None]
+        sf = s.to(tl.float32)[:, :, None]
+        e4 = (tl.arange(0, 2) * 4)[None, None, :]
+        # (q - z) * s is exact in float32 (4-bit times a <= 24-bit significand): one rounding below
+        o0 = (((w2 >> e4) & 0xF).to(tl.float32) - zf) * sf
+        o1 = (((w2 >> (e4 + 8)) & 0xF).to(tl.float32) - zf) * sf
+        o2 = (((w2 >> (e4 + 16)) & 0xF).to(tl.float32) - zf) * sf
+        o3 = (((w2 >> (e4 + 24)) & 0xF).to(tl.float32) - zf) * sf
+    elif MODE == 1:
+        zh = (z.to(tl.int16) | 0x4300).to(tl.bfloat16, bitcast=True)[:, :, None]
+        o0, o1, o2, o3 = tl.inline_asm_elementwise(
+            _ASM_BF16_SCALE, "=r,=r,=r,=r,r,r,r,r", [w2, zh, s.to(tl.bfloat16)[:, :, None]],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16), is_pure=True, pack=2)
+    else:
+        zh = (z.to(tl.int16) | 0x6400).to(tl.float16, bitcast=True)[:, :, None]
+        o0, o1, o2, o3 = tl.inline_asm_elementwise(
+            _ASM_F16_SCALE, "=r,=r,=r,=r,r,r,r,r", [w2, zh, s.to(tl.float16)[:, :, None]],
+            dtype=(tl.float16, tl.float16, tl.float16, tl.float16), is_pure=True, pack=2)
+    tile = _words_to_tile(o0, o1, o2, o3, BLOCK_N, BLOCK_KW * 8)
+    if ROUND_BF16:
+        # float32 -> bf16 rounding to nearest even done on the bits (the interpreter truncates casts)
+        b = tile.to(tl.int32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+        tile = b.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    cols = pid_k * (BLOCK_KW * 8) + tl.arange(0, BLOCK_KW * 8)
+    ok8 = (rows < N)[:, None] & (cols < KW * 8)[None, :]
+    tl.store(out_ptr + rows64 * (KW * 8) + cols[None, :], tile.to(out_ptr.dtype.element_ty), mask=ok8)
+
+
+_small_fast = cached(_small_kernel)
+_gemv_fast = cached(_gemv_kernel)
+_mma_fast = cached(_mma_kernel)
+_reduce_fast = cached(_splitk_reduce_kernel)
+_dequant_fast = cached(_dequant_kernel)
+
+
 # --------------------------------------------------------------------------- host side: checks
-def _check_device(t: torch.Tensor, name: str, device) -> None:
-    if t.device.type != "cuda" and not _INTERPRET:
-        raise ValueError(f"int4_weight_only kernels need CUDA tensors (or TRITON_INTERPRET=1); {name} is on "
-                         f"{t.device}")
-    if t.device != device:
-        raise ValueError(f"{name} is on {t.device} but the activation is on {device}")
-
-
 _GROUP_SIZES = frozenset(1 << i for i in range(4, 21))
 
 
@@ -536,37 +578,57 @@ def _explain_inputs(x, weight_packed, weight_scale, weight_zero_point, bias, gro
 
 
 # --------------------------------------------------------------------------- configs
-_GEMV_KEYS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
-_MMA_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "GROUP_M", "SCALE_IN", "num_warps", "num_stages")
+_KEYS = {
+    "small": ("BLOCK_N", "CHUNKS", "num_warps", "num_stages"),
+    "gemv": ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
+    "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "GROUP_M", "SCALE_IN", "num_warps", "num_stages"),
+    "dequant_mm": ("BLOCK_N", "BLOCK_K", "num_warps"),
+}
+_POW2_KEYS = {"small": ("BLOCK_N", "CHUNKS", "num_warps"), "gemv": ("BLOCK_N", "BLOCK_K"),
+              "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K"), "dequant_mm": ("BLOCK_N", "BLOCK_K")}
 _TARGET_PROGRAMS = 256  # about two per SM on an H100 (132 SMs): enough to hide a tail
+_DEQUANT_MM_MIN_M = 512  # from here cuBLAS on a dequantized weight beats the in-loop dequantization
 
 
-def _gemv(bn, bk, split, warps, stages=1) -> dict:
-    return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
-            "num_stages": stages}
+def _small(bn, chunks, warps, stages) -> dict:
+    """Small-M tensor-core kernel: BLOCK_N weight rows per program, CHUNKS K chunks per iteration
+    (split across ``num_warps`` warps), ``num_stages`` cp.async stages."""
+    return {"kernel": "small", "BLOCK_N": bn, "CHUNKS": chunks, "num_warps": warps, "num_stages": stages}
 
 
-def _mma(bm, bn, bk, split, warps, stages, scale_in, swap=False, group_m=8) -> dict:
-    """``SWAP`` runs ``_mma_swap_kernel`` (weight as the left operand). ``ASM`` (absent = True) may
-    be set False to run the float32 dequantization on the GPU too."""
+def _gemv(bn, bk, warps, stages=1) -> dict:
+    return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+
+
+def _mma(bm, bn, bk, split, warps, stages, scale_in, group_m=8) -> dict:
+    """``ASM`` (absent = True) may be set False to run the float32 dequantization on the GPU too."""
     return {"kernel": "mma", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "GROUP_M": group_m,
-            "SCALE_IN": scale_in, "SWAP": swap, "num_warps": warps, "num_stages": stages}
+            "SCALE_IN": scale_in, "num_warps": warps, "num_stages": stages}
+
+
+def _dequant_mm(bn=32, bk=256, warps=4) -> dict:
+    """Dequantize to x.dtype in [BLOCK_N, BLOCK_K] tiles, then cuBLAS (``F.linear``)."""
+    return {"kernel": "dequant_mm", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps}
 
 
 def _check_config(config: dict) -> None:
-    keys = {"gemv": _GEMV_KEYS, "mma": _MMA_KEYS}.get(config.get("kernel"))
+    keys = _KEYS.get(config.get("kernel"))
     if keys is None:
-        raise ValueError(f"int4_weight_only config: 'kernel' must be 'gemv' or 'mma', got {config!r}")
+        raise ValueError(f"int4_weight_only config: 'kernel' must be one of {sorted(_KEYS)}, got {config!r}")
     missing = [k for k in keys if k not in config]
     if missing:
         raise ValueError(f"int4_weight_only config {config!r} lacks {missing}")
-    for k in ("BLOCK_N", "BLOCK_K") + (("BLOCK_M",) if config["kernel"] == "mma" else ()):
+    for k in _POW2_KEYS[config["kernel"]]:
         v = config[k]
         if not isinstance(v, int) or v < 1 or v & (v - 1):
             raise ValueError(f"int4_weight_only config: {k} must be a power of two, got {config!r}")
     if config["kernel"] == "mma" and min(config["BLOCK_N"], config["BLOCK_M"], config["BLOCK_K"]) < 16:
         raise ValueError(f"int4_weight_only mma config: BLOCK_M, BLOCK_N and BLOCK_K must be >= 16 (tl.dot), "
                          f"got {config!r}")
+    if config["kernel"] == "small" and config["BLOCK_N"] < 16:
+        raise ValueError(f"int4_weight_only small config: BLOCK_N must be >= 16 (one mma row tile), got {config!r}")
+    if config["kernel"] == "dequant_mm" and config["BLOCK_K"] < 8:
+        raise ValueError(f"int4_weight_only dequant_mm config: BLOCK_K must be >= 8 (one word), got {config!r}")
 
 
 def _split_for(blocks: int, k_tiles: int) -> int:
@@ -577,12 +639,20 @@ def _split_for(blocks: int, k_tiles: int) -> int:
     return split
 
 
+def _default_small(M: int, N: int, K: int) -> dict:
+    # Up to M = 8: ~2 programs an SM along N (132 SMs), as wide as that allows, one chunk a warp
+    # (CHUNKS = num_warps: s and z load straight into the layouts that use them). Above, the 16
+    # activation columns cost as much as the weight per chunk and every program re-reads them from
+    # L2: 32-row tiles halve both (one program an SM at N = 4096).
+    if M <= 8:
+        return _small(32 if N >= 32 * 2 * 132 else 16, 8, 8, 4)
+    return _small(32, 8, 8, 3)
+
+
 def _default_mma(M: int, N: int, K: int) -> dict:
     g = 128  # the recipes' default group size; BLOCK_K is clamped to the real one at launch
-    if M <= 16:
-        return _mma(16, 64, 128, _split_for(triton.cdiv(N, 64), K // g), 4, 4, False)
     if M <= 64:
-        bm = triton.next_power_of_2(M)
+        bm = max(16, triton.next_power_of_2(M))
         return _mma(bm, 64, 128, _split_for(triton.cdiv(N, 64), K // g), 4, 4, False)
     if M <= 256:
         blocks = triton.cdiv(N, 64) * triton.cdiv(M, 64)
@@ -594,28 +664,26 @@ def _default_mma(M: int, N: int, K: int) -> dict:
 
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config valid for every problem (the fallback when no tuned entry exists)."""
-    if M == 1:
-        bn = 8
-        return _gemv(bn, 1024, _split_for(triton.cdiv(N, bn), max(1, K // 1024)), 4, 3)
+    if M <= _SMALL_MAX_M:
+        return _default_small(M, N, K)
+    if M >= _DEQUANT_MM_MIN_M:
+        return _dequant_mm()
     return _default_mma(M, N, K)
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     """The search space of the offline sweep for an [M, K] x [N, K]^T problem (<= 8 configs)."""
     if M <= 1:
-        return [_gemv(8, 1024, 1, 4, 3), _gemv(16, 1024, 1, 4, 3), _gemv(16, 1024, 2, 4, 3), _gemv(32, 512, 1, 4, 3),
-                _gemv(8, 512, 1, 4, 1), _mma(16, 64, 128, 4, 4, 4, False), _mma(16, 128, 128, 8, 4, 4, False)]
+        return [_small(16, 8, 8, 4), _small(16, 16, 8, 3), _small(32, 8, 8, 4), _small(32, 16, 8, 3),
+                _small(64, 8, 8, 3), _small(16, 4, 4, 6), _gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3)]
     if M <= 16:
-        return [_mma(16, 64, 128, 4, 4, 4, False), _mma(16, 128, 128, 8, 4, 4, False),
-                _mma(16, 64, 128, 2, 4, 4, False), _mma(16, 64, 128, 1, 4, 4, False), _mma(16, 32, 128, 4, 4, 4, False),
-                _mma(16, 64, 128, 4, 4, 4, False, True)]
+        return [_small(16, 4, 4, 4), _small(16, 8, 8, 3), _small(32, 8, 8, 3), _small(32, 4, 4, 4),
+                _small(64, 4, 4, 3), _mma(16, 32, 128, 1, 4, 4, False)]
     if M <= 256:
         return [_mma(64, 64, 128, 1, 4, 4, False), _mma(64, 128, 64, 2, 4, 4, True), _mma(64, 64, 128, 2, 4, 4, False),
-                _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True),
-                _mma(64, 128, 64, 1, 4, 4, True, True), _mma(64, 64, 128, 1, 4, 4, False, True)]
+                _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True)]
     return [_mma(128, 128, 64, 1, 8, 4, True), _mma(256, 128, 64, 1, 8, 3, True), _mma(128, 256, 64, 1, 8, 3, True),
-            _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True, True),
-            _mma(256, 128, 64, 1, 8, 3, True, True), _mma(64, 128, 64, 1, 4, 4, True, True)]
+            _dequant_mm(), _dequant_mm(64, 256, 8), _dequant_mm(16, 512, 4)]
 
 
 def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tuple:
@@ -638,12 +706,32 @@ def _even_split(tiles: int, want: int) -> int:
     return want
 
 
-def _finish_split(ws: torch.Tensor, bias, y: torch.Tensor, split: int) -> None:
-    MN = y.numel()
-    block = 1024
-    _splitk_reduce_kernel[(triton.cdiv(MN, block),)](
-        ws, bias if bias is not None else ws, y, MN, y.shape[1], SPLIT_K=split, BLOCK=block,
-        HAS_BIAS=bias is not None, num_warps=4)
+def _pow2_divisor(n: int, want: int) -> int:
+    """The largest power of two <= ``want`` that divides ``n``."""
+    d = 1
+    while d * 2 <= want and n % (d * 2) == 0:
+        d *= 2
+    return d
+
+
+def _asm_mode(x: torch.Tensor, config: dict) -> int:
+    if _INTERPRET or x.dtype == torch.float32 or not config.get("ASM", True):
+        return _MODE_F32
+    return _MODE_BF16 if x.dtype == torch.bfloat16 else _MODE_F16
+
+
+def _launch_small(x, packed, scale, zero, bias, y, group_size, config) -> None:
+    M, K = x.shape
+    N = y.shape[1]
+    dk = min(group_size, 128)
+    chunks = _pow2_divisor(K // dk, config["CHUNKS"])
+    bm = triton.next_power_of_2(min(M, _SMALL_MAX_M))
+    warps = min(config["num_warps"], chunks)  # the warps split the chunks (the batch of the dot)
+    _small_fast[(triton.cdiv(N, config["BLOCK_N"]), triton.cdiv(M, bm))](
+        x, packed, scale, zero, bias if bias is not None else scale, y,
+        M, N, K // 8, K // group_size, x.stride(0), _loop_bound(K // (dk * chunks)),
+        R=group_size // dk, BLOCK_M=bm, BLOCK_N=config["BLOCK_N"], DK=dk, CHUNKS=chunks, MODE=_asm_mode(x, config),
+        HAS_BIAS=bias is not None, PREFETCH=not _INTERPRET, num_warps=warps, num_stages=config["num_stages"])
 
 
 def _launch_gemv(x, packed, scale, zero, bias, y, group_size, config) -> None:
@@ -652,19 +740,13 @@ def _launch_gemv(x, packed, scale, zero, bias, y, group_size, config) -> None:
     G = K // group_size
     gpt = max(1, config["BLOCK_K"] // group_size)
     gpt = min(gpt, triton.next_power_of_2(G))
-    n_tiles = triton.cdiv(G, gpt)
-    split = _even_split(n_tiles, config["SPLIT_K"])
-    tiles = n_tiles // split
     bn = config["BLOCK_N"]
-    ws = torch.empty((split, M, N), dtype=torch.float32, device=x.device) if split > 1 else y
-    _gemv_kernel[(triton.cdiv(N, bn), M, split)](
-        x, packed, scale, zero, bias if bias is not None else scale, y, ws,
-        M, N, K // 8, G, x.stride(0), _loop_bound(tiles), _MAGIC,
-        GROUP=group_size, BLOCK_N=bn, GROUPS_PER_TILE=gpt, EVEN_G=G % gpt == 0, USE_WS=split > 1,
+    _gemv_fast[(triton.cdiv(N, bn), M)](
+        x, packed, scale, zero, bias if bias is not None else scale, y,
+        N, K // 8, G, x.stride(0), _loop_bound(triton.cdiv(G, gpt)), _MAGIC,
+        GROUP=group_size, BLOCK_N=bn, GROUPS_PER_TILE=gpt, EVEN_G=G % gpt == 0,
         HAS_BIAS=bias is not None, NUM_STAGES=config["num_stages"], num_warps=config["num_warps"],
         num_stages=config["num_stages"])
-    if split > 1:
-        _finish_split(ws, bias, y, split)
 
 
 def _launch_mma(x, packed, scale, zero, bias, y, group_size, config) -> None:
@@ -676,28 +758,54 @@ def _launch_mma(x, packed, scale, zero, bias, y, group_size, config) -> None:
     if x.dtype == torch.float32:
         # Full-precision float32 dot products run on CUDA cores: keep the tiles small.
         bm, bn, bk, warps, stages = min(bm, 32), min(bn, 64), min(bk, 32), 4, min(stages, 2)
-    if _INTERPRET or x.dtype == torch.float32 or not config.get("ASM", True):
-        mode = _MODE_F32
-    else:
-        mode = _MODE_BF16 if x.dtype == torch.bfloat16 else _MODE_F16
     # The interpreter (triton 3.6) multiplies bf16 dot operands as their raw uint16 bits and truncates
     # float32 -> bf16 casts: there every dot runs in float32.
     dot_f32 = x.dtype == torch.float32 or _INTERPRET
     k_tiles = K // bk
-    split = _even_split(k_tiles, config["SPLIT_K"])
+    # Split-K only where the GPU time dwarfs a workspace and a second launch (never for M <= 16).
+    split = _even_split(k_tiles, config["SPLIT_K"]) if M > _SMALL_MAX_M else 1
     tiles = k_tiles // split
     ws = torch.empty((split, M, N), dtype=torch.float32, device=x.device) if split > 1 else y
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split)
-    swap = bool(config.get("SWAP", False))
-    kernel = _mma_swap_kernel if swap else _mma_kernel
-    kernel[grid](
+    _mma_fast[grid](
         x, packed, scale, zero, bias if bias is not None else scale, y, ws,
-        M, N, K // 2 if swap else K // 8, K // group_size, x.stride(0), _loop_bound(tiles),
-        GROUP=group_size, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config["GROUP_M"], MODE=mode,
+        M, N, K // 8, K // group_size, x.stride(0), _loop_bound(tiles),
+        GROUP=group_size, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config["GROUP_M"], MODE=_asm_mode(x, config),
         SCALE_IN=scale_in, DOT_F32=dot_f32, EVEN_M=M % bm == 0, USE_WS=split > 1, HAS_BIAS=bias is not None,
         num_warps=warps, num_stages=stages)
     if split > 1:
-        _finish_split(ws, bias, y, split)
+        MN = M * N
+        block = 1024
+        _reduce_fast[(triton.cdiv(MN, block),)](
+            ws, bias if bias is not None else ws, y, MN, N, SPLIT_K=split, BLOCK=block,
+            HAS_BIAS=bias is not None, num_warps=4)
+
+
+def dequantize(packed, scale, zero, group_size: int, dtype: torch.dtype, config: dict | None = None) -> torch.Tensor:
+    """The weight [N, K] in ``dtype``: (q - z) * s rounded once (exact for float32)."""
+    config = config or _dequant_mm()
+    N, G = scale.shape
+    K = G * group_size
+    out = torch.empty((N, K), dtype=dtype, device=packed.device)
+    bkw = max(1, config["BLOCK_K"] // 8)
+    # The PTX multiplies by the scale in the output dtype; a scale of another dtype takes the float32
+    # path, so that the weight is still (q - z)·s rounded once (as the reference rounds it).
+    if _INTERPRET or dtype == torch.float32 or scale.dtype != dtype or not config.get("ASM", True):
+        mode = _MODE_F32
+    else:
+        mode = _MODE_BF16 if dtype == torch.bfloat16 else _MODE_F16
+    _dequant_fast[(triton.cdiv(N, config["BLOCK_N"]), triton.cdiv(K // 8, bkw))](
+        packed, scale, zero, out, N, K // 8, G,
+        GROUP=group_size, BLOCK_N=config["BLOCK_N"], BLOCK_KW=bkw, MODE=mode,
+        ROUND_BF16=mode == _MODE_F32 and dtype == torch.bfloat16, num_warps=config["num_warps"])
+    return out
+
+
+def _run_dequant_mm(x, packed, scale, zero, bias, group_size, config) -> torch.Tensor:
+    w = dequantize(packed, scale, zero, group_size, x.dtype, config)
+    if bias is not None and bias.dtype != x.dtype:
+        bias = bias.to(x.dtype)
+    return F.linear(x, w, bias)
 
 
 def _bench_fn(x, weight_packed, weight_scale, weight_zero_point, bias, group_size):
@@ -718,9 +826,6 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
     """The whole Int4WeightOnlyLinear forward on ``x`` [M, K] (same signature as the reference's
     ``int4_weight_only_linear``); ``config`` forces a kernel config (see ``candidate_configs``)."""
     M, N, K = _check_inputs(x, weight_packed, weight_scale, weight_zero_point, bias, group_size)
-    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    if M == 0 or N == 0:
-        return y
     if config is None:
         if x.device.type == "cuda":
             from quantkit.kernels.tuning import get_config
@@ -730,10 +835,19 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
         else:
             config = default_config(M, N, K)
     _check_config(config)
-    if config["kernel"] == "gemv" and M <= _GEMV_MAX_M:
+    kind = config["kernel"]
+    if kind == "gemv" and M != 1:
+        config = default_config(M, N, K)
+        kind = config["kernel"]
+    if kind == "dequant_mm" and M > 0 and N > 0:
+        return _run_dequant_mm(x, weight_packed, weight_scale, weight_zero_point, bias, group_size, config)
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        return y
+    if kind == "small":
+        _launch_small(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
+    elif kind == "gemv":
         _launch_gemv(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
     else:
-        if config["kernel"] != "mma":
-            config = _default_mma(M, N, K)
         _launch_mma(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
     return y

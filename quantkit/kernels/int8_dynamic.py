@@ -9,27 +9,51 @@ Numerics (those of :mod:`quantkit.reference.int8`, bit for bit on the GPU)::
     y        = ((float32(acc) * x_scale[m]) * w_scale[n]) + float32(bias[n])   -> out dtype
 
 ``t`` is a [R, K] matrix: the activation ``x`` [M, K] (one scale per token) or the weight [N, K] (one
-scale per output channel); one row-quantization kernel serves both. The epilogue is compiled without
-FMA contraction so it rounds exactly like the reference's separate multiply and add.
+scale per output channel). The kernels are compiled without FMA contraction, so the epilogue rounds
+like the reference's separate multiply and add.
+
+The division ``t / scale`` is the per-element cost of every quantizer here, and the small-M kernels
+repeat it in every program, so it is not done with ``div.rn`` (a reciprocal on the quarter-rate
+special-function unit, a range check and a branch per element). Each row computes ``inv = RN(1 /
+scale)`` once; per element ``q0 = t * inv`` and two exact-residual corrections ``q <- fma(fma(-scale,
+q, t), inv, q)`` give ``RN(t / scale)`` exactly (Markstein's theorem: ``inv`` within half an ulp of
+``1 / scale`` and a faithful ``q`` make the corrected quotient correctly rounded; the first correction
+makes ``q`` faithful). The clamp is a no-op for finite inputs: ``|t| <= amax`` and ``scale >= amax /
+127 * (1 - 2^-24)`` bound the quotient by 127.00001, whose rounding is 127. (The interpreter's
+``tl.fma`` rounds twice, so there the FMA is evaluated in float64.)
 
 Kernels
   * ``_quant_rows_kernel``: BLOCK_R rows per program. Rows up to 16384 wide are read once into
     registers (amax, then quantize); wider rows take two passes (the second read hits L2).
-  * ``_gemm_kernel``: int8 ``tl.dot`` (wgmma on sm_90 for BLOCK_M >= 64, mma below), int32 accumulator,
-    grouped launch order, software-pipelined loads; ``_gemm_tma_kernel`` is the same with host TMA
-    descriptors (sm_90+, K % 16 == 0).
-  * ``_fused_small_m_kernel``: for decode-size M, one launch: each program first reduces the amax of
-    its rows over the whole K, then quantizes x tiles inside the K loop while it streams the weight.
-    BLOCK_M = 1 is a GEMV on CUDA cores (int32 multiply + row sum), BLOCK_M = 16 uses ``tl.dot``.
+  * ``_gemv_kernel`` (M = 1, one launch): each program reduces the row's amax itself (the row is
+    K * 2 bytes from L2, next to BLOCK_N * K weight bytes), then streams a [BLOCK_N, BLOCK_K] weight
+    slab per step (``tl.range`` software pipelining), quantizes the matching x chunk and accumulates
+    int32 products elementwise on CUDA cores; one row sum at the end.
+  * ``_fused_dot_kernel`` (2 <= M <= 16, one launch): the same with BLOCK_M = 16 rows and an int8
+    ``tl.dot`` (mma.sync); every program quantizes the 16 x rows it multiplies.
+  * ``_gemm_kernel`` (M > 16, after ``_quant_rows_kernel``): int8 ``tl.dot`` (wgmma on sm_90 for
+    BLOCK_M >= 64), int32 accumulator, grouped launch order, pipelined pointer loads; optionally
+    split-K (int32 partials, summed with the epilogue by ``_splitk_reduce_kernel``) for the few-tile,
+    long-K problems. ``_gemm_tma_kernel`` is the same with host TMA descriptors;
+    ``_gemm_persistent_kernel`` loops a grid of one program per SM over the tiles in grouped order.
+    With ``pdl`` the GEMM (and the reduction) use programmatic dependent launch: scheduled while
+    the previous grid finishes, they wait for it in-kernel (``gdc_wait``) before their first load.
+
+Intermediate buffers: the M > 16 path quantizes ``x`` once into a workspace, because the GEMM reads
+every x row once per column block of the output: one ``torch.empty`` from PyTorch's caching
+allocator holding ``x_q`` [M, Kp] int8 (Kp = K rounded up to 16), the float32 row scales and, with
+split-K, the int32 partials [SPLIT_K, M, N]. That is the one allocation besides the output, and only
+there. M <= 16 allocates the output only and makes one launch.
 
 Layouts: ``x`` [M, K] with unit stride along K (any row stride); ``weight_q`` int8 [N, K] contiguous
 (nn.Linear's [out, in]); scales float32 [M] / [N]; ``bias`` [N] bf16/fp16/fp32; output [M, N]
 contiguous in ``x.dtype`` (``gemm``: ``out_dtype``). Limits: K <= 133,144 (so that 127² · K fits in
-int32); activations bf16, fp16 or fp32.
+int32); activations bf16, fp16 or fp32. TMA needs sm_90, 16-byte aligned buffers and K % 16 == 0 for
+the weight; otherwise the pointer kernel runs.
 
 ``linear`` picks a config per problem (``quantkit.kernels.tuning``: tuned table, else
-``default_config``): ``{"kernel": "fused", ...}`` runs the single fused launch, ``{"kernel": "two_pass",
-...}`` runs the row quantization then the GEMM. Split-K is not used: see notes/int8_dynamic.md.
+``default_config``); ``config["kernel"]`` is ``"gemv"``, ``"fused"`` or ``"two_pass"``. Every launch
+goes through :func:`quantkit.kernels.launch.cached`. See notes/int8_dynamic.md for the reasoning.
 """
 from __future__ import annotations
 
@@ -41,7 +65,10 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from quantkit.kernels.launch import cached
+from quantkit.kernels.tuning import get_config
 from quantkit.reference.common import AMAX_EPS
 
 MIN_CAPABILITY = (8, 0)
@@ -50,9 +77,11 @@ FAMILY = "int8_dynamic"
 # 127² · K must fit in an int32 accumulator.
 MAX_K = (2**31 - 1) // (127 * 127)
 
-# libdevice.rint (one cvt.rni) has no interpreter implementation; the floor-based rounding used there
-# is exact too, just slower. Read once, as Triton itself reads it when the kernels are decorated.
+# Compiled kernels use libdevice.rint and hardware FMA; the interpreter has no rint (floor-based
+# rounding there, exact too) and its fma rounds twice. Read once, as Triton reads it when the
+# kernels are decorated.
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_COMPILED = not _INTERPRET
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _SINGLE_PASS_MAX_K = 16384
@@ -60,15 +89,25 @@ _SINGLE_PASS_MAX_K = 16384
 
 def _loop_bound(k: int):
     """K as the kernels receive it. Under the interpreter (triton 3.6 with numpy >= 2.4) a runtime
-    integer argument is a 1-element array that ``range()`` cannot take (``int()`` of a 1-d array is
-    an error there), so K goes in as a constexpr; compiled kernels get a plain int."""
+    integer argument is a 1-element array that ``range()`` cannot take, so K goes in as a constexpr
+    there; compiled kernels get a plain int."""
     return tl.constexpr(k) if _INTERPRET else k
 
 
 # --------------------------------------------------------------------------- shared device code
 @triton.jit
-def _round_half_even(v, USE_RINT: tl.constexpr):
-    if USE_RINT:
+def _fma(a, b, c, COMPILED: tl.constexpr):
+    if COMPILED:
+        r = tl.fma(a, b, c)
+    else:
+        # the product of two float32 is exact in float64; one more rounding to float32
+        r = (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
+    return r
+
+
+@triton.jit
+def _round_half_even(v, COMPILED: tl.constexpr):
+    if COMPILED:
         r = libdevice.rint(v)
     else:
         f = tl.floor(v)
@@ -78,18 +117,40 @@ def _round_half_even(v, USE_RINT: tl.constexpr):
 
 
 @triton.jit
-def _quantize(v, scale, USE_RINT: tl.constexpr):
-    """float32 values, float32 scale (broadcastable) -> int8 codes, as the reference rounds them."""
-    r = _round_half_even(tl.math.div_rn(v, scale), USE_RINT)
-    return tl.minimum(tl.maximum(r, -127.0), 127.0).to(tl.int8)
+def _abs_bits(x_ptr):
+    """(x's bits as integers, mask clearing the sign bit of those integers widened to int32). For
+    IEEE floats |a| < |b| exactly when (bits(a) & mask) < (bits(b) & mask), so an amax pass can
+    compare integers (no float conversion per element) and turn the winner back into a float once;
+    NaN wins, as in torch."""
+    if x_ptr.dtype.element_ty == tl.float32:
+        return x_ptr.to(tl.pointer_type(tl.int32)), 0x7FFFFFFF
+    else:
+        return x_ptr.to(tl.pointer_type(tl.int16)), 0x7FFF
 
 
 @triton.jit
-def _epilogue(acc, offs_m, offs_n, M, N, a_scale_ptr, b_scale_ptr, bias_ptr, c_ptr, stride_cm,
-              HAS_BIAS: tl.constexpr):
+def _row_scale(amax, EPS: tl.constexpr):
+    """(scale, RN(1 / scale)) of rows with absolute maxima ``amax``."""
+    scale = tl.math.div_rn(tl.maximum(amax, EPS), 127.0)
+    return scale, tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
+
+
+@triton.jit
+def _codes(v, scale, inv, COMPILED: tl.constexpr):
+    """round_half_even(RN(v / scale)) as float32, ``scale``/``inv`` broadcast to v's shape (module
+    docstring: why two corrections and no clamp)."""
+    q = v * inv
+    q = _fma(_fma(-scale, q, v, COMPILED), inv, q, COMPILED)
+    q = _fma(_fma(-scale, q, v, COMPILED), inv, q, COMPILED)
+    return _round_half_even(q, COMPILED)
+
+
+@triton.jit
+def _store_scaled(acc, a_s, offs_m, offs_n, M, N, b_scale_ptr, bias_ptr, c_ptr, stride_cm,
+                  HAS_BIAS: tl.constexpr):
+    """y = (f32(acc) * a_s[m]) * b_s[n] (+ bias[n]) -> c's dtype, masked to [M, N]."""
     m_mask = offs_m < M
     n_mask = offs_n < N
-    a_s = tl.load(a_scale_ptr + offs_m, mask=m_mask, other=0.0)
     b_s = tl.load(b_scale_ptr + offs_n, mask=n_mask, other=0.0)
     y = acc.to(tl.float32) * a_s[:, None] * b_s[None, :]
     if HAS_BIAS:
@@ -99,24 +160,35 @@ def _epilogue(acc, offs_m, offs_n, M, N, a_scale_ptr, b_scale_ptr, bias_ptr, c_p
 
 
 @triton.jit
-def _grouped_pid(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+def _grouped_pid(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     # GROUP_M row-blocks are swept together column by column, so their x rows and the weight
     # columns they share stay in L2.
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     in_group = GROUP_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_M
+    first_m = (tile // in_group) * GROUP_M
     group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % in_group) % group_size
-    pid_n = (pid % in_group) // group_size
+    pid_m = first_m + (tile % in_group) % group_size
+    pid_n = (tile % in_group) // group_size
     return pid_m, pid_n
+
+
+@triton.jit
+def _f32_ptr(base, offset):
+    """A float32 pointer ``offset`` elements of ``base``'s type past ``base`` (row scales can live in
+    an int8 workspace behind the codes)."""
+    return (base + offset).to(tl.pointer_type(tl.float32))
 
 
 # --------------------------------------------------------------------------- row quantization
 @triton.jit
-def _quant_rows_kernel(t_ptr, q_ptr, s_ptr, R, K, stride_tr, stride_qr,
+def _quant_rows_kernel(t_ptr, q_ptr, s_base, s_off, R, K, stride_tr, stride_qr,
                        EPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-                       SINGLE_PASS: tl.constexpr, USE_RINT: tl.constexpr):
+                       SINGLE_PASS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr, COMPILED: tl.constexpr):
+    if LAUNCH_DEPENDENTS:
+        # Programmatic dependent launch: the GEMM that reads these codes may be scheduled now; it
+        # waits (gdc_wait) for this grid's completion before its first load.
+        gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_mask = rows < R
     cols = tl.arange(0, BLOCK_K)
@@ -125,58 +197,184 @@ def _quant_rows_kernel(t_ptr, q_ptr, s_ptr, R, K, stride_tr, stride_qr,
     if SINGLE_PASS:
         mask = r_mask[:, None] & (cols[None, :] < K)
         t = tl.load(t_rows + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(t), axis=1), EPS), 127.0)
-        tl.store(q_rows + cols[None, :], _quantize(t, scale[:, None], USE_RINT), mask=mask)
+        scale, inv = _row_scale(tl.max(tl.abs(t), axis=1), EPS)
+        codes = _codes(t, tl.broadcast_to(scale[:, None], t.shape), tl.broadcast_to(inv[:, None], t.shape),
+                       COMPILED)
+        tl.store(q_rows + cols[None, :], codes.to(tl.int8), mask=mask)
     else:
-        amax = tl.zeros([BLOCK_R], dtype=tl.float32)
+        amax = tl.zeros([BLOCK_R, BLOCK_K], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             mask = r_mask[:, None] & (k0 + cols[None, :] < K)
             t = tl.load(t_rows + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.max(tl.abs(t), axis=1))
-        scale = tl.math.div_rn(tl.maximum(amax, EPS), 127.0)
+            amax = tl.maximum(amax, tl.abs(t))
+        scale, inv = _row_scale(tl.max(amax, axis=1), EPS)
+        scale_b = tl.broadcast_to(scale[:, None], [BLOCK_R, BLOCK_K])
+        inv_b = tl.broadcast_to(inv[:, None], [BLOCK_R, BLOCK_K])
         for k0 in range(0, K, BLOCK_K):
             mask = r_mask[:, None] & (k0 + cols[None, :] < K)
             t = tl.load(t_rows + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            tl.store(q_rows + k0 + cols[None, :], _quantize(t, scale[:, None], USE_RINT), mask=mask)
-    tl.store(s_ptr + rows, scale, mask=r_mask)
+            tl.store(q_rows + k0 + cols[None, :], _codes(t, scale_b, inv_b, COMPILED).to(tl.int8), mask=mask)
+    tl.store(_f32_ptr(s_base, s_off) + rows, scale, mask=r_mask)
 
 
-# --------------------------------------------------------------------------- GEMM (pointer loads)
+# --------------------------------------------------------------------------- M = 1: fused GEMV
 @triton.jit
-def _gemm_kernel(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, bias_ptr, c_ptr, M, N, K,
-                 stride_am, stride_bn, stride_cm,
-                 HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
-    pid_m, pid_n = _grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+def _gemv_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, N, K, stride_xm, stride_cm,
+                 EPS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 AMAX_BLOCK: tl.constexpr, STAGES: tl.constexpr, EVEN_K: tl.constexpr, COMPILED: tl.constexpr):
+    pid_n = tl.program_id(0)
+    row = tl.program_id(1)
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+
+    # The token's scale needs its whole row before any element is quantized. The row is short next
+    # to the BLOCK_N * K weight bytes this program streams, so each program reduces it (from L2)
+    # rather than paying a second launch. Elementwise maxima; one reduction at the end.
+    bits_ptr, sign_mask = _abs_bits(x_ptr)
+    bits_row = bits_ptr + row.to(tl.int64) * stride_xm
+    offs_a = tl.arange(0, AMAX_BLOCK)
+    amax = tl.zeros([AMAX_BLOCK], dtype=tl.int32)
+    for k0 in range(0, K, AMAX_BLOCK):
+        xa = tl.load(bits_row + k0 + offs_a, mask=k0 + offs_a < K, other=0)
+        amax = tl.maximum(amax, xa.to(tl.int32) & sign_mask)
+    amax_f = tl.max(amax, axis=0).to(bits_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty, bitcast=True)
+    scale, inv = _row_scale(amax_f.to(tl.float32), EPS)
+    scale_k = tl.broadcast_to(scale, [BLOCK_K])
+    inv_k = tl.broadcast_to(inv, [BLOCK_K])
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Rows past N are wrapped onto valid ones (computed, never stored): no N mask in the loop.
+    w_ptrs = w_ptr + (offs_n % N).to(tl.int64)[:, None] * K + offs_k[None, :]
+    # int32 products accumulate elementwise; the row sums (shuffles) happen once, after the loop.
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.int32)
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+        if EVEN_K:
+            xk = tl.load(x_row + k0 + offs_k)
+            w = tl.load(w_ptrs + k0)
+        else:
+            k_mask = k0 + offs_k < K
+            xk = tl.load(x_row + k0 + offs_k, mask=k_mask, other=0.0)
+            w = tl.load(w_ptrs + k0, mask=k_mask[None, :], other=0)
+        xq = _codes(xk.to(tl.float32), scale_k, inv_k, COMPILED).to(tl.int32)
+        acc += w.to(tl.int32) * xq[None, :]
+    dot = tl.sum(acc, axis=1)
+
+    n_mask = offs_n < N
+    y = dot.to(tl.float32) * scale * tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
+    if HAS_BIAS:
+        y = y + tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+    tl.store(c_ptr + row.to(tl.int64) * stride_cm + offs_n, y.to(c_ptr.dtype.element_ty), mask=n_mask)
+
+
+# --------------------------------------------------------------------------- 2 <= M <= 16: fused tl.dot
+@triton.jit
+def _fused_dot_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_xm, stride_cm,
+                      EPS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, AMAX_BLOCK: tl.constexpr, AMAX_STAGES: tl.constexpr,
+                      EVEN_K: tl.constexpr, COMPILED: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
+    m_mask = offs_m < M
+    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+
+    # Per-token amax of the BLOCK_M rows (rows past M read as 0: codes 0, never stored), pipelined:
+    # a row is K / AMAX_BLOCK dependent L2 round trips otherwise.
+    bits_ptr, sign_mask = _abs_bits(x_ptr)
+    bits_rows = bits_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+    offs_a = tl.arange(0, AMAX_BLOCK)
+    amax = tl.zeros([BLOCK_M, AMAX_BLOCK], dtype=tl.int32)
+    for k0 in tl.range(0, K, AMAX_BLOCK, num_stages=AMAX_STAGES):
+        xa = tl.load(bits_rows + k0 + offs_a[None, :], mask=m_mask[:, None] & (k0 + offs_a[None, :] < K), other=0)
+        amax = tl.maximum(amax, xa.to(tl.int32) & sign_mask)
+    amax_f = tl.max(amax, axis=1).to(bits_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty, bitcast=True)
+    scale, inv = _row_scale(amax_f.to(tl.float32), EPS)
+    scale_b = tl.broadcast_to(scale[:, None], [BLOCK_M, BLOCK_K])
+    inv_b = tl.broadcast_to(inv[:, None], [BLOCK_M, BLOCK_K])
+
+    w_ptrs = w_ptr + (offs_n % N).to(tl.int64)[:, None] * K + offs_k[None, :]  # [BLOCK_N, BLOCK_K]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            xt = tl.load(x_rows + k0 + offs_k[None, :], mask=m_mask[:, None], other=0.0)
+            w = tl.load(w_ptrs + k0)
+        else:
+            k_mask = k0 + offs_k < K
+            xt = tl.load(x_rows + k0 + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+            w = tl.load(w_ptrs + k0, mask=k_mask[None, :], other=0)
+        xq = _codes(xt.to(tl.float32), scale_b, inv_b, COMPILED).to(tl.int8)
+        acc = tl.dot(xq, tl.trans(w), acc, out_dtype=tl.int32)
+    _store_scaled(acc, scale, offs_m, offs_n, M, N, w_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)
+
+
+# --------------------------------------------------------------------------- M > 16: GEMM on quantized x
+@triton.jit
+def _gemm_kernel(a_ptr, a_scale_ptr, a_scale_off, b_ptr, b_scale_ptr, bias_ptr, c_ptr, part_off, M, N, K,
+                 stride_am, stride_cm, k_iters,
+                 HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, WAIT_PRIOR: tl.constexpr):
+    """Grid (tiles, SPLIT_K); split s multiplies K blocks [s * k_iters, (s + 1) * k_iters). With
+    SPLIT_K > 1 the raw int32 sums go to the partials at element ``part_off`` of ``c_ptr`` (the int8
+    workspace), [SPLIT_K, M, N], for ``_splitk_reduce_kernel``."""
+    if WAIT_PRIOR:
+        gdc_wait()  # launched early (PDL): the quantization grid must be complete and visible
+    pid_m, pid_n = _grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    split = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    k_first = split * k_iters * BLOCK_K
     # Wrapping the edge rows/columns onto valid ones keeps M and N masks out of the K loop; the
     # duplicates are computed and then not stored.
-    offs_am = (offs_m % M).to(tl.int64)
-    offs_bn = (offs_n % N).to(tl.int64)
-    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :]
-    b_ptrs = b_ptr + offs_bn[None, :] * stride_bn + offs_k[:, None]  # [BLOCK_K, BLOCK_N], K-major
+    a_ptrs = a_ptr + (offs_m % M).to(tl.int64)[:, None] * stride_am + (k_first + offs_k)[None, :]
+    b_ptrs = b_ptr + (offs_n % N).to(tl.int64)[None, :] * K + (k_first + offs_k)[:, None]  # [BLOCK_K, BLOCK_N]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for k in range(0, k_iters):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
         else:
-            k_left = K - k * BLOCK_K
+            k_left = K - k_first - k * BLOCK_K
             a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0)
             b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0)
         acc = tl.dot(a, b, acc, out_dtype=tl.int32)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
-    _epilogue(acc, offs_m, offs_n, M, N, a_scale_ptr, b_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)
+    if SPLIT_K == 1:
+        a_s = tl.load(_f32_ptr(a_scale_ptr, a_scale_off) + offs_m, mask=offs_m < M, other=0.0)
+        _store_scaled(acc, a_s, offs_m, offs_n, M, N, b_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)
+    else:
+        parts = (c_ptr + part_off).to(tl.pointer_type(tl.int32)) + split.to(tl.int64) * M * N
+        p_ptrs = parts + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(p_ptrs, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 
 
-# --------------------------------------------------------------------------- GEMM (TMA descriptors)
 @triton.jit
-def _gemm_tma_kernel(a_desc, a_scale_ptr, b_desc, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
+def _splitk_reduce_kernel(part_ptr, part_off, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr, M, N, stride_cm,
+                          SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, WAIT_PRIOR: tl.constexpr):
+    """Sum the split-K int32 partials (exact, in any order) and apply the epilogue."""
+    if WAIT_PRIOR:
+        gdc_wait()
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    p_ptrs = (part_ptr + part_off).to(tl.pointer_type(tl.int32)) + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(p_ptrs + s * M * N, mask=mask, other=0)
+    a_s = tl.load(_f32_ptr(a_scale_ptr, a_scale_off) + offs_m, mask=offs_m < M, other=0.0)
+    _store_scaled(acc, a_s, offs_m, offs_n, M, N, b_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)
+
+
+@triton.jit
+def _gemm_tma_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WAIT_PRIOR: tl.constexpr):
+    if WAIT_PRIOR:
+        gdc_wait()
     pid_m, pid_n = _grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
@@ -186,61 +384,63 @@ def _gemm_tma_kernel(a_desc, a_scale_ptr, b_desc, b_scale_ptr, bias_ptr, c_ptr, 
         a = a_desc.load([off_m, k * BLOCK_K])
         b = b_desc.load([off_n, k * BLOCK_K])
         acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+    _tma_epilogue(acc, off_m, off_n, _f32_ptr(a_scale_ptr, a_scale_off), b_scale_ptr, bias_ptr, c_ptr, M, N,
+                  stride_cm, HAS_BIAS, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _tma_epilogue(acc, off_m, off_n, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N, stride_cm,
+                  HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
-    _epilogue(acc, offs_m, offs_n, M, N, a_scale_ptr, b_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)
+    a_s = tl.load(a_scales + offs_m, mask=offs_m < M, other=0.0)
+    _store_scaled(acc, a_s, offs_m, offs_n, M, N, b_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)
 
 
-# --------------------------------------------------------------------------- fused, small M
 @triton.jit
-def _fused_small_m_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, M, N, K,
-                          stride_xm, stride_wn, stride_cm,
-                          EPS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, AMAX_BLOCK: tl.constexpr,
-                          EVEN_K: tl.constexpr, USE_RINT: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_mask = offs_m < M
-    x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+def _gemm_persistent_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_ptr, bias_ptr, c_ptr, M, N, K,
+                            stride_cm, num_tiles, num_progs,
+                            HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WAIT_PRIOR: tl.constexpr,
+                            COMPILED: tl.constexpr):
+    # One program per SM walks the tiles in grouped order: no tail of short-lived CTAs, and the
+    # flattened loop lets the next tile's first loads start under this tile's epilogue.
+    if WAIT_PRIOR:
+        gdc_wait()
+    a_scales = _f32_ptr(a_scale_ptr, a_scale_off)
+    pid = tl.program_id(0)
+    if COMPILED:
+        for tile in tl.range(pid, num_tiles, num_progs, flatten=True):
+            pid_m, pid_n = _grouped_pid(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
+            for k in range(0, tl.cdiv(K, BLOCK_K)):
+                a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+                b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
+                acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+            _tma_epilogue(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N,
+                          stride_cm, HAS_BIAS, BLOCK_M, BLOCK_N)
+    else:
+        # The interpreter's program id cannot bound a range(): a fixed trip count, the last tile
+        # repeated (the same values stored twice) where a program has fewer tiles.
+        for i in range(0, tl.cdiv(num_tiles, num_progs)):
+            tile = tl.minimum(pid + i * num_progs, num_tiles - 1)
+            pid_m, pid_n = _grouped_pid(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
+            for k in range(0, tl.cdiv(K, BLOCK_K)):
+                a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+                b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
+                acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+            _tma_epilogue(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N,
+                          stride_cm, HAS_BIAS, BLOCK_M, BLOCK_N)
 
-    # Per-token scales need the whole row's amax before any element is quantized. The rows are
-    # few and short next to the weight this program streams, so every program reduces them itself
-    # (from L2) instead of paying another launch.
-    # (AMAX_BLOCK: wide chunks, so that a row takes one or two dependent loads, not K / BLOCK_K.)
-    offs_a = tl.arange(0, AMAX_BLOCK)
-    amax = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, K, AMAX_BLOCK):
-        mask = m_mask[:, None] & (k0 + offs_a[None, :] < K)
-        xt = tl.load(x_rows + k0 + offs_a[None, :], mask=mask, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.max(tl.abs(xt), axis=1))
-    x_scale = tl.math.div_rn(tl.maximum(amax, EPS), 127.0)
 
-    w_rows = w_ptr + (offs_n % N).to(tl.int64)[:, None] * stride_wn  # [BLOCK_N, 1]
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        mask = m_mask[:, None] & (k0 + offs_k[None, :] < K)
-        xt = tl.load(x_rows + k0 + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
-        xq = _quantize(xt, x_scale[:, None], USE_RINT)  # [BLOCK_M, BLOCK_K]
-        if EVEN_K:
-            w = tl.load(w_rows + k0 + offs_k[None, :])
-        else:
-            w = tl.load(w_rows + k0 + offs_k[None, :], mask=k0 + offs_k[None, :] < K, other=0)
-        if BLOCK_M == 1:
-            # [1, BLOCK_K] x [BLOCK_N, BLOCK_K] -> [BLOCK_N]: exact in int32.
-            acc += tl.sum(xq.to(tl.int32) * w.to(tl.int32), axis=1)[None, :]
-        else:
-            acc = tl.dot(xq, tl.trans(w), acc, out_dtype=tl.int32)
-
-    n_mask = offs_n < N
-    w_s = tl.load(w_scale_ptr + offs_n, mask=n_mask, other=0.0)
-    y = acc.to(tl.float32) * x_scale[:, None] * w_s[None, :]
-    if HAS_BIAS:
-        y = y + tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
+_quant_rows_fast = cached(_quant_rows_kernel)
+_gemv_fast = cached(_gemv_kernel)
+_fused_dot_fast = cached(_fused_dot_kernel)
+_gemm_fast = cached(_gemm_kernel)
+_splitk_reduce_fast = cached(_splitk_reduce_kernel)
+_gemm_tma_fast = cached(_gemm_tma_kernel)
+_gemm_persistent_fast = cached(_gemm_persistent_kernel)
 
 
 # --------------------------------------------------------------------------- host side: checks
@@ -267,17 +467,17 @@ def _check_k(K: int) -> None:
 def _check_weight(weight_q: torch.Tensor, weight_scale: torch.Tensor, K: int, device) -> int:
     if weight_q.dim() != 2 or weight_q.dtype != torch.int8:
         raise TypeError(f"weight_q must be a 2-D int8 tensor [N, K], got {weight_q.dtype} {tuple(weight_q.shape)}")
-    if weight_q.shape[1] != K:
-        raise ValueError(f"weight_q has K={weight_q.shape[1]} but the activation has K={K}")
+    N, wk = weight_q.shape
+    if wk != K:
+        raise ValueError(f"weight_q has K={wk} but the activation has K={K}")
     if not weight_q.is_contiguous():
         raise ValueError(f"weight_q must be contiguous [N, K], got strides {weight_q.stride()}")
-    N = weight_q.shape[0]
     if weight_scale.shape != (N,) or weight_scale.dtype != torch.float32 or not weight_scale.is_contiguous():
         raise ValueError(f"weight_scale must be a contiguous float32 [N={N}] tensor, got "
                          f"{weight_scale.dtype} {tuple(weight_scale.shape)}")
-    for t, name in ((weight_q, "weight_q"), (weight_scale, "weight_scale")):
-        if t.device != device:
-            raise ValueError(f"{name} is on {t.device} but the activation is on {device}")
+    if weight_q.device != device or weight_scale.device != device:
+        raise ValueError(f"weight_q ({weight_q.device}) and weight_scale ({weight_scale.device}) must be on the "
+                         f"activation's device {device}")
     return N
 
 
@@ -292,86 +492,108 @@ def _check_bias(bias: torch.Tensor | None, N: int, device) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
+def _device_facts(index: int | None) -> tuple[bool, int]:
+    """(TMA available, SM count) of a CUDA device; (True, 4) under the interpreter."""
+    if index is None:  # CPU tensors: the interpreter
+        return True, 4
+    props = torch.cuda.get_device_properties(index)
+    return (props.major, props.minor) >= (9, 0), props.multi_processor_count
 
 
-def _tma_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Host TMA descriptors need sm_90, 16-byte aligned bases and 16-byte aligned row strides."""
-    if a.device.type == "cuda":
-        if _capability(a.device.index if a.device.index is not None else torch.cuda.current_device()) < (9, 0):
-            return False
-    elif not _INTERPRET:
-        return False
-    return all(t.data_ptr() % 16 == 0 and t.stride(0) % 16 == 0 for t in (a, b))
+def _facts(t: torch.Tensor) -> tuple[bool, int]:
+    if t.device.type != "cuda":
+        return _device_facts(None)
+    return _device_facts(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
 # --------------------------------------------------------------------------- configs
-_FUSED_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
-_TWO_PASS_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "tma")
+_KEYS = {
+    "gemv": ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
+    "fused": ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
+    "two_pass": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "mode", "pdl"),
+}
+_MODES = ("pointer", "tma", "persistent")
 
 
-def _fused(bm, bn, bk, warps, stages) -> dict:
-    return {"kernel": "fused", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps,
-            "num_stages": stages}
+def _gemv(bn, bk, warps, stages) -> dict:
+    return {"kernel": "gemv", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
 
 
-def _two_pass(bm, bn, bk, warps, stages, group_m=8, tma=False) -> dict:
+def _fused(bn, bk, warps, stages) -> dict:
+    return {"kernel": "fused", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+
+
+def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, group_m=8) -> dict:
+    """``pdl``: launch the GEMM (and the split-K reduction) with programmatic dependent launch
+    (sm_90+): its CTAs are scheduled while the previous grid finishes and wait for it in-kernel.
+    ``split_k``: K split over that many programs per output tile (pointer mode), int32 partials in
+    the workspace, summed by a second kernel."""
     return {"kernel": "two_pass", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
-            "num_warps": warps, "num_stages": stages, "tma": tma}
+            "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages, "mode": mode, "pdl": pdl}
 
 
 def _check_config(config: dict) -> None:
     kind = config.get("kernel")
-    keys = {"fused": _FUSED_KEYS, "two_pass": _TWO_PASS_KEYS}.get(kind)
+    keys = _KEYS.get(kind)
     if keys is None:
-        raise ValueError(f"int8_dynamic config: 'kernel' must be 'fused' or 'two_pass', got {config!r}")
+        raise ValueError(f"int8_dynamic config: 'kernel' must be one of {sorted(_KEYS)}, got {config!r}")
     missing = [k for k in keys if k not in config]
     if missing:
         raise ValueError(f"int8_dynamic config {config!r} lacks {missing}")
-    if kind == "fused" and config["BLOCK_M"] not in (1, 16):
-        raise ValueError(f"int8_dynamic fused config: BLOCK_M must be 1 (GEMV) or 16 (tl.dot), got {config!r}")
-    if kind == "two_pass" and config["BLOCK_M"] < 16:
-        raise ValueError(f"int8_dynamic two_pass config: BLOCK_M must be >= 16 (tl.dot), got {config!r}")
-
-
-def _default_gemm_config(M: int, N: int, K: int) -> dict:
-    if M <= 16:
-        # Decode: stream the weight with many small-N programs (N / 16 >= 256 for N = 4096).
-        return _two_pass(16, 16 if N <= 8192 else 32, 256, 4, 4)
-    if M <= 64:
-        return _two_pass(64, 32 if N <= 8192 else 64, 128, 4, 4)
-    if M <= 256:
-        return _two_pass(64, 64 if N * M <= 128 * 8192 else 128, 128, 4, 4)
-    return _two_pass(128, 256, 128, 8, 3)
+    if kind == "two_pass":
+        if config["BLOCK_M"] < 16:
+            raise ValueError(f"int8_dynamic two_pass config: BLOCK_M must be >= 16 (tl.dot), got {config!r}")
+        if config["mode"] not in _MODES:
+            raise ValueError(f"int8_dynamic two_pass config: mode must be one of {_MODES}, got {config!r}")
+        if config["SPLIT_K"] < 1 or (config["SPLIT_K"] > 1 and config["mode"] != "pointer"):
+            raise ValueError(f"int8_dynamic two_pass config: SPLIT_K must be >= 1, and 1 unless mode is "
+                             f"'pointer', got {config!r}")
 
 
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config valid for every problem (the fallback when no tuned entry exists)."""
     if M == 1:
-        return _fused(1, 16, 1024, 4, 1)
-    return _default_gemm_config(M, N, K)
+        return _gemv(16, 512, 4, 3)
+    if M <= 16:
+        # >= 128 programs stream the weight; every program quantizes the 16 rows of x it multiplies
+        # (8 warps: two per scheduler to overlap that arithmetic with the loads).
+        return _fused(32, 256, 8, 4) if N <= 8192 else _fused(64, 256, 8, 3)
+    if M <= 256:
+        # >= ~100 programs, so that enough SMs pull the weight: 128 x 128 tiles where there are that
+        # many (each x row and weight column is re-read from L2 N / 128 and M / 128 times), 64 x 64
+        # tiles for short K, split-K over 128 x 128 tiles for long K (notes: L2 traffic per cell).
+        tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128)
+        if tiles >= 96:
+            return _two_pass(128, 128, 128, 8, 4)
+        if K >= 8192:
+            return _two_pass(128, 128, 128, 8, 4, split_k=min(8, max(2, triton.next_power_of_2(128 // tiles))))
+        return _two_pass(64, 64, 128, 4, 4)
+    return _two_pass(128, 256, 128, 8, 3, mode="tma")
+
+
+# The search space: one list per M range, <= 8 configs each, 24 distinct over the benchmark cells.
+_GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4, 4), _gemv(16, 1024, 8, 3)]
+_FUSED_CANDIDATES = [_fused(32, 256, 8, 4), _fused(64, 256, 8, 3), _fused(32, 256, 4, 4), _fused(64, 256, 4, 4)]
+_MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
+                   _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(64, 128, 128, 4, 4, split_k=2),
+                   _two_pass(64, 64, 128, 4, 4, pdl=True), _two_pass(128, 128, 128, 8, 4, pdl=True),
+                   _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)]
+_LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 3, mode="tma"), _two_pass(128, 256, 128, 8, 3),
+                     _two_pass(256, 128, 128, 8, 3, mode="tma"), _two_pass(128, 128, 128, 8, 4, mode="tma"),
+                     _two_pass(128, 256, 64, 8, 4, mode="tma"), _two_pass(128, 256, 128, 8, 3, mode="persistent"),
+                     _two_pass(128, 128, 128, 8, 4, mode="persistent"),
+                     _two_pass(128, 256, 128, 8, 3, mode="tma", pdl=True)]
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
-    """The search space of the offline sweep for an [M, K] x [N, K]^T problem (<= 8 configs; 24
-    distinct over the 15 benchmark cells)."""
-    decode = [_two_pass(16, 16, 256, 4, 4), _two_pass(16, 32, 256, 4, 4), _two_pass(16, 16, 512, 4, 3)]
-    if M <= 1:
-        # GEMV: the bytes in flight per SM come from BLOCK_N x BLOCK_K per program and N / BLOCK_N
-        # programs; the two-pass path gets them from cp.async pipelining instead.
-        return [_fused(1, 16, 1024, 4, 1), _fused(1, 16, 2048, 8, 1), _fused(1, 8, 2048, 4, 1),
-                _fused(1, 32, 1024, 8, 1), _fused(1, 16, 512, 4, 3), *decode]
+    """The offline sweep's search space for an [M, K] x [N, K]^T problem (the default included)."""
+    if M == 1:
+        return list(_GEMV_CANDIDATES)
     if M <= 16:
-        return [*decode, _two_pass(16, 64, 256, 4, 4), _fused(16, 32, 256, 4, 3), _fused(16, 16, 256, 4, 3)]
+        return list(_FUSED_CANDIDATES)
     if M <= 256:
-        return [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 64, 128, 4, 4),
-                _two_pass(128, 128, 128, 8, 4), _two_pass(64, 64, 256, 4, 3),
-                _two_pass(64, 64, 128, 4, 4, tma=True), _two_pass(128, 128, 128, 8, 4, tma=True)]
-    return [_two_pass(128, 256, 128, 8, 3), _two_pass(128, 256, 128, 8, 3, tma=True),
-            _two_pass(128, 128, 128, 8, 4), _two_pass(128, 128, 128, 8, 4, tma=True),
-            _two_pass(256, 128, 128, 8, 3), _two_pass(256, 128, 128, 8, 3, tma=True),
-            _two_pass(128, 256, 64, 8, 4), _two_pass(128, 128, 128, 4, 4, tma=True)]
+        return list(_MID_CANDIDATES)
+    return list(_LARGE_CANDIDATES)
 
 
 def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tuple:
@@ -383,23 +605,31 @@ def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tu
 
 
 # --------------------------------------------------------------------------- launchers
-def _quant_rows_launch(t: torch.Tensor, block_k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _quant_rows_into(t: torch.Tensor, q: torch.Tensor, stride_q: int, s: torch.Tensor, s_off: int,
+                     block_k: int | None = None, launch_dependents: bool = False) -> None:
+    """Quantize the rows of ``t`` [R, K]: codes into ``q`` (row stride ``stride_q``), float32 scales
+    at element ``s_off`` of ``s`` (a float32 tensor, or the int8 workspace with a byte offset)."""
     R, K = t.shape
-    q = torch.empty((R, K), dtype=torch.int8, device=t.device)
-    s = torch.empty((R,), dtype=torch.float32, device=t.device)
-    if K == 0:
-        raise ValueError("cannot quantize rows of length 0 (K = 0)")
-    if R == 0:
-        return q, s
     if block_k is None:
         block_k = triton.next_power_of_2(K) if K <= _SINGLE_PASS_MAX_K else 8192
     single = block_k >= K
-    # ~8K elements per program: whole short rows in one program, several of them when K is small.
-    block_r = max(1, min(8192 // block_k, triton.next_power_of_2(R)))
-    warps = max(1, min(16, block_r * block_k // 1024))
-    _quant_rows_kernel[(triton.cdiv(R, block_r),)](
-        t, q, s, R, _loop_bound(K), t.stride(0), q.stride(0), EPS=AMAX_EPS, BLOCK_R=block_r, BLOCK_K=block_k,
-        SINGLE_PASS=single, USE_RINT=not _INTERPRET, num_warps=warps)
+    # <= 8K elements per program (16 a thread at 16 warps: two 16-byte loads of bf16), but at least
+    # ~128 programs when there are rows enough.
+    block_r = max(1, min(8192 // block_k, triton.next_power_of_2(max(1, R // 128))))
+    warps = max(1, min(16, block_r * block_k // 512))
+    _quant_rows_fast[(triton.cdiv(R, block_r),)](
+        t, q, s, s_off, R, _loop_bound(K), t.stride(0), stride_q, EPS=AMAX_EPS, BLOCK_R=block_r, BLOCK_K=block_k,
+        SINGLE_PASS=single, LAUNCH_DEPENDENTS=launch_dependents, COMPILED=_COMPILED, num_warps=warps)
+
+
+def _quant_rows_launch(t: torch.Tensor, block_k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    R, K = t.shape
+    if K == 0:
+        raise ValueError("cannot quantize rows of length 0 (K = 0)")
+    q = torch.empty((R, K), dtype=torch.int8, device=t.device)
+    s = torch.empty((R,), dtype=torch.float32, device=t.device)
+    if R > 0:
+        _quant_rows_into(t, q, K, s, 0, block_k)
     return q, s
 
 
@@ -419,24 +649,58 @@ def quantize_act(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _quant_rows_launch(x)
 
 
-def _gemm_launch(x_q, x_scale, weight_q, weight_scale, bias, out, config: dict) -> torch.Tensor:
-    M, K = x_q.shape
-    N = weight_q.shape[0]
+def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K,
+                 config: dict, pdl: bool = False, part=None, part_off: int = 0) -> torch.Tensor:
+    """The GEMM on quantized activations: ``a`` holds the codes (row stride ``stride_a``), the float32
+    row scales start at element ``a_scale_off`` of ``a_scale``; split-K partials (int32 [SPLIT_K, M,
+    N]) go at byte ``part_off`` of the int8 tensor ``part``."""
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     bias_arg = bias if bias is not None else weight_scale  # never read when HAS_BIAS is False
     common = dict(HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config["GROUP_M"],
-                  num_warps=config["num_warps"], num_stages=config["num_stages"], enable_fp_fusion=False)
-    if config["tma"] and _tma_ok(x_q, weight_q):
-        from triton.tools.tensor_descriptor import TensorDescriptor
+                  WAIT_PRIOR=pdl, num_warps=config["num_warps"], num_stages=config["num_stages"],
+                  enable_fp_fusion=False)
+    if pdl:
+        common["launch_pdl"] = True
+    mode = config["mode"]
+    if mode != "pointer":
+        tma_ok, sms = _facts(a)
+        # host TMA descriptors: 16-byte aligned bases and row strides (the workspace pads K to 16)
+        if not (tma_ok and K % 16 == 0 and stride_a % 16 == 0 and a.data_ptr() % 16 == 0
+                and weight_q.data_ptr() % 16 == 0):
+            mode = "pointer"
+    if mode == "pointer":
+        split = config["SPLIT_K"]
+        k_blocks = triton.cdiv(K, bk)
+        k_iters = triton.cdiv(k_blocks, split)
+        even_k = K % bk == 0 and k_iters * split == k_blocks
+        if split > 1 and part is None:
+            part = torch.empty(split * M * N * 4, dtype=torch.int8, device=a.device)
+        _gemm_fast[(tiles, split)](
+            a, a_scale, a_scale_off, weight_q, weight_scale, bias_arg, out if split == 1 else part, part_off,
+            M, N, _loop_bound(K), stride_a, out.stride(0), _loop_bound(k_iters), SPLIT_K=split, EVEN_K=even_k,
+            **common)
+        if split > 1:
+            rb_m, rb_n = 32, 128
+            reduce_opts = dict(num_warps=4, enable_fp_fusion=False)
+            if pdl:
+                reduce_opts["launch_pdl"] = True
+            _splitk_reduce_fast[(triton.cdiv(M, rb_m), triton.cdiv(N, rb_n))](
+                part, part_off, a_scale, a_scale_off, weight_scale, bias_arg, out, M, N, out.stride(0),
+                SPLIT_K=split, HAS_BIAS=bias is not None, BLOCK_M=rb_m, BLOCK_N=rb_n, WAIT_PRIOR=pdl, **reduce_opts)
+        return out
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
-        a_desc = TensorDescriptor(x_q, [M, K], [x_q.stride(0), 1], [bm, bk])
-        b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, bk])
-        _gemm_tma_kernel[grid](a_desc, x_scale, b_desc, weight_scale, bias_arg, out, M, N, _loop_bound(K),
-                               out.stride(0), **common)
+    a_desc = TensorDescriptor(a, [M, K], [stride_a, 1], [bm, bk])
+    b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, bk])
+    if mode == "tma":
+        _gemm_tma_fast[(tiles,)](a_desc, a_scale, a_scale_off, b_desc, weight_scale, bias_arg, out, M, N,
+                                 _loop_bound(K), out.stride(0), **common)
     else:
-        _gemm_kernel[grid](x_q, x_scale, weight_q, weight_scale, bias_arg, out, M, N, _loop_bound(K),
-                           x_q.stride(0), K, out.stride(0), EVEN_K=K % bk == 0, **common)
+        progs = min(tiles, sms)
+        _gemm_persistent_fast[(progs,)](a_desc, a_scale, a_scale_off, b_desc, weight_scale, bias_arg, out, M, N,
+                                        _loop_bound(K), out.stride(0), _loop_bound(tiles), _loop_bound(progs),
+                                        COMPILED=_COMPILED, **common)
     return out
 
 
@@ -460,9 +724,9 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     if M == 0 or N == 0:
         return out
     if config is None or config.get("kernel") != "two_pass":
-        config = _default_gemm_config(M, N, K)
+        config = default_config(max(M, 17), N, K)
     _check_config(config)
-    return _gemm_launch(x_q, x_scale, weight_q, weight_scale, bias, out, config)
+    return _gemm_launch(x_q, x_q.stride(0), x_scale, 0, weight_q, weight_scale, bias, out, M, N, K, config)
 
 
 def _bench_fn(x, weight_q, weight_scale, bias):
@@ -476,38 +740,58 @@ def _bench_fn(x, weight_q, weight_scale, bias):
     return bench
 
 
+def _amax_block(K: int, rows: int) -> int:
+    # The GEMV: the row in one or two wide loads. The fused kernel: 16 x 256 chunks in a pipelined
+    # loop (16-32 values a thread, three chunks in flight).
+    return min(triton.next_power_of_2(K), 8192 if rows == 1 else 256)
+
+
 def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
            *, config: dict | None = None) -> torch.Tensor:
     """The whole Int8DynamicLinear forward on ``x`` [M, K]: per-token quantization + scaled int8 GEMM."""
     _check_rows(x, "x", _FLOAT_DTYPES)
     M, K = x.shape
     _check_k(K)
-    N = _check_weight(weight_q, weight_scale, K, x.device)
-    _check_bias(bias, N, x.device)
+    device = x.device
+    N = _check_weight(weight_q, weight_scale, K, device)
+    _check_bias(bias, N, device)
     if M == 0 or N == 0:
-        return torch.empty((M, N), dtype=x.dtype, device=x.device)
+        return torch.empty((M, N), dtype=x.dtype, device=device)
     if config is None:
-        if x.device.type == "cuda":
-            from quantkit.kernels.tuning import get_config
-
+        if device.type == "cuda":
             config = get_config(FAMILY, M, N, K, module=sys.modules[__name__],
                                 bench=_bench_fn(x, weight_q, weight_scale, bias))
         else:
             config = default_config(M, N, K)
     _check_config(config)
-    if config["kernel"] == "two_pass":
-        x_q, x_scale = _quant_rows_launch(x)
-        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-        return _gemm_launch(x_q, x_scale, weight_q, weight_scale, bias, out, config)
+    kind = config["kernel"]
+    bias_arg = bias if bias is not None else weight_scale  # never read when HAS_BIAS is False
+    out = torch.empty((M, N), dtype=x.dtype, device=device)
+    bn, bk = config["BLOCK_N"], config["BLOCK_K"]
 
-    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    grid = (triton.cdiv(N, bn), triton.cdiv(M, bm))
-    # 8K elements per amax load at most (64 float32 registers a thread with 4 warps).
-    amax_block = max(bk, min(triton.next_power_of_2(K), 8192 // bm))
-    _fused_small_m_kernel[grid](
-        x, weight_q, weight_scale, bias if bias is not None else weight_scale, out, M, N, _loop_bound(K),
-        x.stride(0), K, out.stride(0), EPS=AMAX_EPS, HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_K=bk, AMAX_BLOCK=amax_block, EVEN_K=K % bk == 0, USE_RINT=not _INTERPRET, num_warps=config["num_warps"],
-        num_stages=config["num_stages"], enable_fp_fusion=False)
-    return out
+    if kind == "gemv":
+        # one program column per row of x: meant for M = 1 (any M works, each row re-reads the weight)
+        _gemv_fast[(triton.cdiv(N, bn), M)](
+            x, weight_q, weight_scale, bias_arg, out, N, _loop_bound(K), x.stride(0), out.stride(0),
+            EPS=AMAX_EPS, HAS_BIAS=bias is not None, BLOCK_N=bn, BLOCK_K=bk, AMAX_BLOCK=_amax_block(K, 1),
+            STAGES=config["num_stages"], EVEN_K=K % bk == 0, COMPILED=_COMPILED, num_warps=config["num_warps"],
+            enable_fp_fusion=False)
+        return out
+
+    if kind == "fused":
+        _fused_dot_fast[(triton.cdiv(N, bn), triton.cdiv(M, 16))](
+            x, weight_q, weight_scale, bias_arg, out, M, N, _loop_bound(K), x.stride(0), out.stride(0),
+            EPS=AMAX_EPS, HAS_BIAS=bias is not None, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk,
+            AMAX_BLOCK=_amax_block(K, 16), AMAX_STAGES=3, EVEN_K=K % bk == 0, COMPILED=_COMPILED,
+            num_warps=config["num_warps"], num_stages=config["num_stages"], enable_fp_fusion=False)
+        return out
+
+    # two_pass: one workspace: the codes [M, Kp] int8, the row scales [M] float32, then the split-K
+    # int32 partials [SPLIT_K, M, N] if any (16-byte aligned pieces).
+    kp = (K + 15) // 16 * 16
+    part_off = (M * kp + 4 * M + 15) // 16 * 16
+    split = config["SPLIT_K"]
+    ws = torch.empty(part_off + (split * M * N * 4 if split > 1 else 0), dtype=torch.int8, device=device)
+    pdl = config["pdl"] and _COMPILED and _facts(x)[0]
+    _quant_rows_into(x, ws, kp, ws, M * kp, launch_dependents=pdl)
+    return _gemm_launch(ws, kp, ws, M * kp, weight_q, weight_scale, bias, out, M, N, K, config, pdl, ws, part_off)

@@ -16,29 +16,59 @@ Layouts
     y             [M, N]  x.dtype, new and contiguous
 
 Kernels (the config, chosen by problem size, names one; see :func:`default_config`)
-    gemv  CUDA cores, for M = 1 (valid for any M: one program per row and weight tile, programs of
-          the same tile adjacent so that rows after the first hit L2). Each thread streams 16 B of
-          int8 per row chunk, dequantizes in registers, FMAs into a [BLOCK_N, BLOCK_K] float32
-          accumulator, reduced once at the end.
-    mma   tensor cores ("swap AB"): computes Y^T tiles = W_tile · X_tile^T so that the dequantized
-          weight tile is the left operand of ``tl.dot`` (registers on sm_90's wgmma; the activation
-          tile is read from shared memory), software-pipelined over K, grouped tile order for L2 reuse.
-          Small M uses BLOCK_M = 16..64 tiles with split-K; large M uses 128x128..128x256 tiles.
-    Split-K (either kernel, ``SPLIT_K > 1``): every split writes float32 partial sums to a
-    workspace [splits, M, N] and ``_splitk_epilogue_kernel`` adds them in a fixed order, applies
-    scale and bias and casts. Chosen over atomics because the result is deterministic, nothing has
-    to be zeroed first (an atomic scheme needs a zeroed float32 buffer plus a cast pass anyway: two
-    extra launches instead of one), and the sum stays in float32 as the reference has it. The
-    workspace comes from PyTorch's caching allocator (no cudaMalloc after warm-up; CUDA-graph safe).
+    gemv    CUDA cores, for M = 1 (valid for any M: one program per row and weight tile, programs of
+            the same tile adjacent so that rows after the first hit L2). Each thread streams 16 B of
+            int8 per row chunk, dequantizes in registers, FMAs into a [BLOCK_N, BLOCK_K] float32
+            accumulator, reduced once at the end. One launch, nothing allocated but the output.
+    stream  tensor cores (mma.sync, 16x8x16), for 1 <= M <= 16 (valid for any M): a program owns
+            BLOCK_N weight rows and streams them once over all of K, with the K chunk of every step
+            split between its warps through a batched ``tl.dot`` over [warps, BLOCK_N, K/warps]
+            tiles (one K slice per warp; the warp partials are summed once at the end). Small
+            BLOCK_N fills the GPU without split-K: 16 rows give 256 programs at N = 4096 (~2 per
+            SM), 32 rows 448 at N = 14336. For M = 1 the x row is loaded once and broadcast
+            instead of being re-read as 16 clamped rows.
+            Triton loads the int8 operand with 8-byte ``LDS.64`` (the k order is permuted the same
+            way in both operands), ~2 instructions per weight element for conversion.
+            One launch, nothing allocated but the output.
+    mma     wgmma ("swap AB"), for 16 < M <= 256: computes Y^T tiles = W_tile · X_tile^T so that
+            the dequantized weight tile is the left operand of ``tl.dot`` (registers on sm_90's
+            wgmma; the activation tile is read from shared memory), software-pipelined over K,
+            grouped tile order for L2 reuse; split-K where the tiles are fewer than the SMs.
+    mma_ss  wgmma with both operands in shared memory, for M > 256: Y tiles = X_tile · W_tile^T;
+            the int8 tile is read with 16-byte loads, converted once per step by all warps of the
+            CTA (~2 instructions per weight element against ~4.3 for the register operand, whose
+            bf16 layout forces 2-byte loads) and stored as the B operand. Triton waits for the
+            step's wgmmas before that single buffer is rewritten, so only other CTAs overlap the
+            conversion with MMAs; x tiles are cp.async-pipelined.
+
+The wgmma fence (correctness of ``mma``): with a register A operand, Triton 3.6 splits each
+step's dot into k16 wgmmas and leaves up to three of them in flight across the loop's back edge
+while the next step's conversion already rewrites their A registers (the PTX rewrites the same registers before
+``wgmma.wait_group``: undefined behaviour, and the SASS of the 128x128x64/4-stage and
+128x256x64/3-stage tiles does exactly that — the wrong output tiles seen on the H100). ``acc + 0.0``
+after the dot is a use of the accumulator that Triton cannot fold away (it is not an identity for
+-0.0), so it waits for every wgmma of the step before the next step starts: no A register is
+rewritten while an MMA may still read it. The result is unchanged (only -0.0 becomes +0.0). The
+tests compile every mma config for sm_90 and check the SASS for this hazard.
+
+Split-K (``mma`` only, ``SPLIT_K > 1``, offered for M > 16 where the output tiles are fewer than
+the SMs): every split writes float32 partial sums to a workspace [splits, M, N] from PyTorch's
+caching allocator (no cudaMalloc after warm-up, CUDA-graph safe) and ``_splitk_epilogue_kernel``
+adds them in a fixed order, applies scale and bias and casts: deterministic, and the sum stays in
+float32 as the reference has it. This workspace and second launch are the one exception to "one
+launch, nothing allocated but the output"; decode sizes (M <= 16) never take it by default.
 
 Dequantization: q + 128 is placed in the low mantissa byte of 2^23 with integer ops and one float32
 subtraction of (2^23 + 128) leaves q exactly. The hardware int→float conversion (I2F) issues at a
 quarter of the FMA rate on sm_90 and would co-limit the GEMV at full HBM bandwidth; the integer
 ops + FADD run at full rate. Then float32 → bf16/fp16 is exact (|q| ≤ 128 needs 8 bits).
 
-float32 activations: the GEMV multiplies in exact float32; the tensor-core kernel uses
+float32 activations: the GEMV multiplies in exact float32; the tensor-core kernels use
 ``input_precision="tf32x3"`` (split-operand tf32, ~float32 accuracy; the int8 weight is exact in
 tf32, so only x is split). Plain tf32 would lose ~3 decimal digits of x.
+
+Launches go through :func:`quantkit.kernels.launch.cached` (Triton's own launch path costs
+30-65 µs of host time, more than a decode-size kernel).
 
 Interpreter notes (TRITON_INTERPRET=1, tests on CPU): numpy has no bfloat16, so ``tl.dot`` on bf16
 operands is wrong there — the launcher makes the dot run on float32 copies of the (exactly
@@ -59,6 +89,7 @@ import triton
 import triton.language as tl
 
 from quantkit.kernels import tuning
+from quantkit.kernels.launch import cached
 
 MIN_CAPABILITY = (8, 0)
 FAMILY = "int8_weight_only"
@@ -66,7 +97,7 @@ FAMILY = "int8_weight_only"
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _EPILOGUE_BLOCK = 512
-_NUM_SMS_H100 = 132  # sizing heuristic for split-K; the tuned tables replace it per GPU
+_NUM_SMS_H100 = 132  # sizing heuristic for tile counts; the tuned tables replace it per GPU
 
 
 # --------------------------------------------------------------------------- Triton kernels
@@ -92,21 +123,30 @@ def _int8_to(w, DTYPE: tl.constexpr):
         return _int8_to_f32(w)
 
 
+@triton.jit
+def _epilogue(acc, scale_ptr, bias_ptr, out_ptr, rows_w, offs_n, offs_m, M, N, HAS_BIAS: tl.constexpr):
+    """acc[BLOCK_N, BLOCK_M] (transposed output tile) -> out[m, n] = acc * scale[n] + bias[n]."""
+    y = acc * tl.load(scale_ptr + rows_w).to(tl.float32)[:, None]
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + rows_w).to(tl.float32)[:, None]
+    mask = (offs_n < N)[:, None] & (offs_m < M)[None, :]
+    tl.store(out_ptr + offs_m.to(tl.int64)[None, :] * N + offs_n[:, None], y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 @triton.jit(do_not_specialize=["M"])
 def _gemv_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, ITERS,
-                 LOOP_TRIPS: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
-                 EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
-    """Grid (M * cdiv(N, BLOCK_N), splits). Program (pid, s) computes rows of weight tile pid // M
-    for activation row pid % M over K iterations [s * ITERS, (s + 1) * ITERS)."""
+                 LOOP_TRIPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
+    """Grid (M * cdiv(N, BLOCK_N),). Program pid computes rows of weight tile pid // M for
+    activation row pid % M over all of K."""
     pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
     pid_m = pid % M  # rows of one weight tile are neighbours: the 2nd..Mth read it from L2
     pid_n = pid // M
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # Out-of-range rows re-read the last row instead of being masked, so loads need no row mask
     # (their results are never stored).
     rows = tl.minimum(offs_n, N - 1)
-    offs_k = pid_k * ITERS * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_k = tl.arange(0, BLOCK_K)
     w_ptrs = w_ptr + rows.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
     x_ptrs = x_ptr + pid_m.to(tl.int64) * stride_xm + offs_k
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -122,24 +162,69 @@ def _gemv_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm,
         acc += _int8_to_f32(w) * xv.to(tl.float32)[None, :]
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
-    y = tl.sum(acc, axis=1)
-    n_ok = offs_n < N
-    if PARTIAL:
-        tl.store(out_ptr + (pid_k * M + pid_m).to(tl.int64) * N + offs_n, y, mask=n_ok)
+    y = tl.sum(acc, axis=1) * tl.load(scale_ptr + rows).to(tl.float32)
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + rows).to(tl.float32)
+    tl.store(out_ptr + pid_m.to(tl.int64) * N + offs_n, y.to(out_ptr.dtype.element_ty), mask=offs_n < N)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _stream_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, ITERS,
+                   LOOP_TRIPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, X_BCAST: tl.constexpr,
+                   DOT_DTYPE: tl.constexpr, TF32X3: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_K: tl.constexpr, KSPLIT: tl.constexpr, STAGES: tl.constexpr):
+    """Grid (cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M),). Each program accumulates, for each of KSPLIT
+    K slices of every BLOCK_K step (one per warp: the batch dimension of the 3-D dot is laid over
+    the warps), acc[s, BLOCK_N, BLOCK_M] = W[n-tile, slice s] · X[m-tile, slice s]^T; the slices
+    are summed once after the loop."""
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    pid_m = pid % tiles_m  # programs sharing a weight tile are neighbours (L2 reuse when M > BLOCK_M)
+    pid_n = pid // tiles_m
+    KS: tl.constexpr = BLOCK_K // KSPLIT
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows_w = tl.minimum(offs_n, N - 1)  # clamped instead of masked: see _gemv_kernel
+    rows_x = tl.minimum(offs_m, M - 1)
+    k_base = tl.arange(0, KSPLIT)[:, None, None] * KS
+    k_w = k_base + tl.arange(0, KS)[None, None, :]  # [KSPLIT, 1, KS]: column in the step of W[n, .]
+    k_x = k_base + tl.arange(0, KS)[None, :, None]  # [KSPLIT, KS, 1]: column in the step of x[m, .]
+    w_ptrs = w_ptr + rows_w.to(tl.int64)[None, :, None] * stride_wn + k_w
+    if X_BCAST:  # M == 1: one row of x, broadcast over the tile's columns after the load
+        x_ptrs = x_ptr + k_x
     else:
-        y = y * tl.load(scale_ptr + rows).to(tl.float32)
-        if HAS_BIAS:
-            y += tl.load(bias_ptr + rows).to(tl.float32)
-        tl.store(out_ptr + pid_m.to(tl.int64) * N + offs_n, y.to(out_ptr.dtype.element_ty), mask=n_ok)
+        x_ptrs = x_ptr + rows_x.to(tl.int64)[None, None, :] * stride_xm + k_x
+    acc = tl.zeros((KSPLIT, BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for i in tl.range(0, LOOP_TRIPS if LOOP_TRIPS > 0 else ITERS, num_stages=STAGES):
+        if EVEN_K:
+            w = tl.load(w_ptrs, eviction_policy="evict_first")
+            xt = tl.load(x_ptrs)
+        else:
+            k_left = K - i * BLOCK_K
+            w = tl.load(w_ptrs, mask=k_w < k_left, other=0, eviction_policy="evict_first")
+            xt = tl.load(x_ptrs, mask=k_x < k_left, other=0.0)
+        if X_BCAST:
+            xt = tl.broadcast_to(xt, (KSPLIT, KS, BLOCK_M))
+        a = _int8_to(w, DOT_DTYPE)
+        b = xt.to(DOT_DTYPE)
+        if TF32X3:
+            acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        else:
+            acc = tl.dot(a, b, acc)
+        w_ptrs += BLOCK_K
+        x_ptrs += BLOCK_K
+    _epilogue(tl.sum(acc, axis=0), scale_ptr, bias_ptr, out_ptr, rows_w, offs_n, offs_m, M, N, HAS_BIAS)
 
 
 @triton.jit(do_not_specialize=["M"])
 def _mma_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, ITERS,
                 LOOP_TRIPS: tl.constexpr, HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, EVEN_K: tl.constexpr,
                 DOT_DTYPE: tl.constexpr, TF32X3: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-                BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr):
+                BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr, WGMMA_FENCE: tl.constexpr = True):
     """Grid (cdiv(N, BLOCK_N) * cdiv(M, BLOCK_M), splits). Each program accumulates the transposed
-    output tile acc[BLOCK_N, BLOCK_M] = W[n-tile, k-range] · X[m-tile, k-range]^T."""
+    output tile acc[BLOCK_N, BLOCK_M] = W[n-tile, k-range] · X[m-tile, k-range]^T. ``WGMMA_FENCE``
+    is never False in a launch: only the test that proves the SASS hazard check finds the
+    unfenced loop's hazard compiles it without."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -175,17 +260,67 @@ def _mma_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, 
             acc = tl.dot(a, b, acc, input_precision="tf32x3")
         else:
             acc = tl.dot(a, b, acc)
+        if WGMMA_FENCE:
+            # The wgmma fence (module docstring): every MMA of this step completes before the next
+            # step rewrites the A-operand registers. Not an identity for -0.0, so it is not folded.
+            acc = acc + 0.0
         w_ptrs += BLOCK_K
         x_ptrs += BLOCK_K
-    mask = (offs_n < N)[:, None] & (offs_m < M)[None, :]
     if PARTIAL:
+        mask = (offs_n < N)[:, None] & (offs_m < M)[None, :]
         tl.store(out_ptr + (pid_k * M + offs_m).to(tl.int64)[None, :] * N + offs_n[:, None], acc, mask=mask)
     else:
-        y = acc * tl.load(scale_ptr + rows_w).to(tl.float32)[:, None]
-        if HAS_BIAS:
-            y += tl.load(bias_ptr + rows_w).to(tl.float32)[:, None]
-        tl.store(out_ptr + offs_m.to(tl.int64)[None, :] * N + offs_n[:, None], y.to(out_ptr.dtype.element_ty),
-                 mask=mask)
+        _epilogue(acc, scale_ptr, bias_ptr, out_ptr, rows_w, offs_n, offs_m, M, N, HAS_BIAS)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _mma_ss_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, ITERS,
+                   LOOP_TRIPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                   TF32X3: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                   GROUP_M: tl.constexpr):
+    """Grid (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),). Each program accumulates the output tile
+    acc[BLOCK_M, BLOCK_N] = X[m-tile, :] · W[n-tile, :]^T with both wgmma operands in shared memory:
+    the int8 tile is read with 16-byte loads, converted once per step by all warps and stored as
+    the B operand; Triton waits for the step's wgmmas before that buffer is written again."""
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    # GROUP_M activation tiles are swept across every weight tile before the next group starts
+    # (programs in flight share their tiles in L2).
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_size = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_size
+    pid_n = (pid % per_group) // group_size
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_x = tl.minimum(offs_m, M - 1)  # clamped instead of masked: see _gemv_kernel
+    rows_w = tl.minimum(offs_n, N - 1)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + rows_x.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]  # [BLOCK_M, BLOCK_K]
+    w_ptrs = w_ptr + rows_w.to(tl.int64)[None, :] * stride_wn + offs_k[:, None]  # [BLOCK_K, BLOCK_N]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for i in range(0, LOOP_TRIPS if LOOP_TRIPS > 0 else ITERS):
+        if EVEN_K:
+            xt = tl.load(x_ptrs)
+            w = tl.load(w_ptrs)
+        else:
+            k_left = K - i * BLOCK_K
+            xt = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0)
+        a = xt.to(DOT_DTYPE)
+        b = _int8_to(w, DOT_DTYPE)
+        if TF32X3:
+            acc = tl.dot(a, b, acc, input_precision="tf32x3")
+        else:
+            acc = tl.dot(a, b, acc)
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    y = acc * tl.load(scale_ptr + rows_w).to(tl.float32)[None, :]
+    if HAS_BIAS:
+        y += tl.load(bias_ptr + rows_w).to(tl.float32)[None, :]
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * N + offs_n[None, :], y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -219,17 +354,37 @@ def _is_interpreted(fn) -> bool:
 _INTERPRETED = _is_interpreted(_mma_kernel)
 _TL_DTYPE = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
 
+_gemv_fast = cached(_gemv_kernel)
+_stream_fast = cached(_stream_kernel)
+_mma_fast = cached(_mma_kernel)
+_mma_ss_fast = cached(_mma_ss_kernel)
+_splitk_epilogue_fast = cached(_splitk_epilogue_kernel)
+
 
 # --------------------------------------------------------------------------- configs
-def _gemv_config(block_n: int, block_k: int, warps: int, stages: int = 1, split: int = 1) -> dict:
-    return {"kernel": "gemv", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split,
-            "num_warps": warps, "num_stages": stages}
+def _gemv_config(block_n: int, block_k: int, warps: int = 4, stages: int = 3) -> dict:
+    return {"kernel": "gemv", "BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps, "num_stages": stages}
+
+
+def _stream_config(block_n: int, block_k: int, warps: int = 4, stages: int = 4, block_m: int = 16) -> dict:
+    """``num_warps`` is also the number of K slices per step (one per warp)."""
+    return {"kernel": "stream", "BLOCK_N": block_n, "BLOCK_M": block_m, "BLOCK_K": block_k, "num_warps": warps,
+            "num_stages": stages}
 
 
 def _mma_config(block_n: int, block_m: int, block_k: int, warps: int, stages: int, split: int = 1,
                 group: int = 8) -> dict:
     return {"kernel": "mma", "BLOCK_N": block_n, "BLOCK_M": block_m, "BLOCK_K": block_k, "SPLIT_K": split,
             "GROUP_N": group, "num_warps": warps, "num_stages": stages}
+
+
+def _mma_ss_config(block_m: int, block_n: int, block_k: int, warps: int, stages: int, group: int = 8) -> dict:
+    return {"kernel": "mma_ss", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group,
+            "num_warps": warps, "num_stages": stages}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)  # triton.cdiv costs ~4 µs of host time per call (a decorated function)
 
 
 def _pow2_at_least(v: int) -> int:
@@ -239,7 +394,7 @@ def _pow2_at_least(v: int) -> int:
 def _split_plan(k: int, block_k: int, split: int) -> tuple[int, int]:
     """(iterations per split, number of splits): the largest split count ≤ ``split`` that divides
     the K iterations evenly, so every program runs the same trip count and none is empty."""
-    iters = triton.cdiv(k, block_k)
+    iters = _cdiv(k, block_k)
     split = max(1, min(int(split), iters))
     while iters % split:
         split -= 1
@@ -256,81 +411,78 @@ def _split_for(programs: int, iters: int, target: int, min_iters: int) -> int:
     return split
 
 
-def _gemv_block_k(k: int) -> int:
-    return min(512, max(32, _pow2_at_least(k)))
+def _stream_block_n(N: int) -> int:
+    """32 weight rows per program when that still gives ≥ 2 programs per SM (x, re-read from L2 by
+    every program, then costs no more than the weight), else 16."""
+    return 32 if _cdiv(N, 32) >= 2 * _NUM_SMS_H100 else 16
 
 
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config, valid for every problem (the tuned tables override it per GPU)."""
     if M == 1:
-        block_k = _gemv_block_k(K)
-        block_n = min(64, 8192 // block_k)  # 64 weight bytes per thread at 4 warps
-        # ~4 programs per SM: without pipelining each keeps only one tile in flight.
-        split = _split_for(triton.cdiv(N, block_n), triton.cdiv(K, block_k), 4 * _NUM_SMS_H100, 4)
-        return _gemv_config(block_n, block_k, 4, 1, split)
+        return _gemv_config(16, 512, 4, 3)  # the H100 sweep's M = 1 winner on 4096x4096
+    if M <= 16:
+        block_n = _stream_block_n(N)
+        return _stream_config(block_n, 512 if block_n == 16 else 256, 4, 4)
     if M <= 64:
         block_m = max(16, _pow2_at_least(M))
-        block_k = 128 if K >= 128 else max(32, _pow2_at_least(K))
-        split = _split_for(triton.cdiv(N, 64), triton.cdiv(K, block_k), 2 * _NUM_SMS_H100, 4)
-        return _mma_config(64, block_m, block_k, 4, 4, split)
-    tiles = triton.cdiv(N, 128) * triton.cdiv(M, 128)
-    split = _split_for(tiles, triton.cdiv(K, 64), _NUM_SMS_H100, 8)
-    return _mma_config(128, 128, 64, 8, 4, split)
+        split = _split_for(_cdiv(N, 64), _cdiv(K, 128), 2 * _NUM_SMS_H100, 4)
+        return _mma_config(64, block_m, 128, 4, 4, split)
+    if M <= 256:
+        return _mma_config(64, 128, 128, 4, 4)
+    return _mma_ss_config(256, 128, 64, 8, 3)
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     """The search space of the offline sweep for one problem (≤ 8 configs). SPLIT_K is a runtime
-    argument of the kernels, so configs that differ only in it share one compilation."""
+    argument of the mma kernel, so configs that differ only in it share one compilation."""
     default = default_config(M, N, K)
     if M == 1:
-        iters = triton.cdiv(K, 512)
         cands = [
-            _gemv_config(16, 512, 4),
-            _gemv_config(16, 512, 4, 1, min(2, iters)),
-            _gemv_config(16, 512, 4, 1, min(4, iters)),
-            _gemv_config(8, 512, 4),
-            # cp.async-pipelined streams (tl.range num_stages): 2 more tiles in flight per program
-            _gemv_config(8, 512, 4, 3),
-            _gemv_config(8, 512, 4, 3, min(2, iters)),
             _gemv_config(16, 512, 4, 3),
-            _gemv_config(16, 512, 4, 3, min(2, iters)),
+            _gemv_config(8, 512, 4, 3),
+            _gemv_config(16, 512, 4, 4),
+            _gemv_config(8, 1024, 4, 3),
+            _gemv_config(8, 512, 4, 1),
+            _stream_config(16, 512, 4, 4),
+        ]
+    elif M <= 16:
+        cands = [
+            _stream_config(16, 512, 4, 4),
+            _stream_config(16, 512, 4, 3),
+            _stream_config(16, 256, 4, 4),
+            _stream_config(32, 256, 4, 4),
+            _stream_config(32, 512, 8, 3),
+            _stream_config(32, 512, 4, 3),
         ]
     elif M <= 64:
         bm = max(16, _pow2_at_least(M))
-        s64 = _split_for(triton.cdiv(N, 64), triton.cdiv(K, 128), 2 * _NUM_SMS_H100, 4)
-        s128 = _split_for(triton.cdiv(N, 128), triton.cdiv(K, 128), 2 * _NUM_SMS_H100, 4)
+        s64 = _split_for(_cdiv(N, 64), _cdiv(K, 128), 2 * _NUM_SMS_H100, 4)
         cands = [
             _mma_config(64, bm, 128, 4, 4, s64),
             _mma_config(64, bm, 128, 4, 4, 2 * s64),
-            _mma_config(64, bm, 256, 4, 3, s64),
-            _mma_config(128, bm, 128, 4, 4, s128),
-            _mma_config(128, bm, 128, 8, 4, s128),
-            _mma_config(128, bm, 256, 8, 3, s128),
+            _stream_config(_stream_block_n(N), 256, 4, 4),
         ]
-        if M <= 4:
-            cands.append(_gemv_config(16, 512, 4))
     elif M <= 256:
         def s(bn: int, bm: int, bk: int) -> int:
-            return _split_for(triton.cdiv(N, bn) * triton.cdiv(M, bm), triton.cdiv(K, bk), _NUM_SMS_H100, 8)
+            return _split_for(_cdiv(N, bn) * _cdiv(M, bm), _cdiv(K, bk), _NUM_SMS_H100, 8)
 
         cands = [
+            _mma_config(64, 128, 128, 4, 4),
+            _mma_config(64, 64, 128, 4, 4),
+            _mma_config(128, 128, 64, 8, 4),
+            _mma_config(128, 128, 128, 8, 3),
             _mma_config(128, 128, 64, 8, 4, s(128, 128, 64)),
-            _mma_config(128, 128, 64, 8, 4, 2 * s(128, 128, 64)),
             _mma_config(128, 128, 128, 8, 3, s(128, 128, 128)),
-            _mma_config(64, 128, 128, 4, 4, s(64, 128, 128)),
-            _mma_config(256, 128, 64, 8, 3, s(256, 128, 64)),
-            _mma_config(64, 64, 128, 4, 4, s(64, 64, 128)),
         ]
     else:
-        def s(bn: int, bm: int, bk: int) -> int:
-            return _split_for(triton.cdiv(N, bn) * triton.cdiv(M, bm), triton.cdiv(K, bk), _NUM_SMS_H100 // 2, 8)
-
         cands = [
-            _mma_config(128, 128, 64, 8, 4, s(128, 128, 64)),
-            _mma_config(128, 256, 64, 8, 3, s(128, 256, 64)),
-            _mma_config(256, 128, 64, 8, 3, s(256, 128, 64)),
-            _mma_config(128, 128, 128, 8, 3, s(128, 128, 128)),
-            _mma_config(128, 256, 128, 8, 2, s(128, 256, 128)),
+            _mma_ss_config(256, 128, 64, 8, 3),
+            _mma_ss_config(128, 128, 64, 8, 4),
+            _mma_ss_config(128, 256, 64, 8, 3),
+            _mma_ss_config(128, 128, 128, 8, 3),
+            _mma_config(128, 256, 64, 8, 3),
+            _mma_config(128, 128, 64, 8, 4),
         ]
     if default not in cands:
         cands.insert(0, default)
@@ -407,49 +559,97 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
                                        bench=functools.partial(_bench, x, weight_q, weight_scale, bias))
         else:  # the interpreter: no GPU to have tuned tables for
             config = default_config(M, N, K)
-    kind = config.get("kernel")
-    if kind == "gemv":
-        _launch_gemv(x, weight_q, weight_scale, bias, out, M, N, K, config)
-    elif kind == "mma":
-        _launch_mma(x, weight_q, weight_scale, bias, out, M, N, K, config)
-    else:
-        raise ValueError(f"int8_weight_only.linear: config['kernel'] must be 'gemv' or 'mma', got {kind!r}")
+    for fast, grid, args, kwargs in _plan(x, weight_q, weight_scale, bias, out, M, N, K, config):
+        fast[grid](*args, **kwargs)
     return out
 
 
-def _workspace(splits: int, M: int, N: int, out: torch.Tensor) -> torch.Tensor:
-    return out if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=out.device)
+def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
+    """The launches that compute ``out`` with config ``cfg``: [(cached kernel, grid, args, kwargs)].
+    (Also what the tests compile for sm_90 to check registers, shared memory and the SASS.)"""
+    kind = cfg.get("kernel")
+    bias_arg = bias if bias is not None else weight_scale  # never read without HAS_BIAS
+    if kind == "gemv":
+        block_n, block_k = int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
+        iters = _cdiv(K, block_k)
+        return [(_gemv_fast, (M * _cdiv(N, block_n),),
+                 (x, weight_q, weight_scale, bias_arg, out, M, N, K, x.stride(0), weight_q.stride(0), iters),
+                 dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, EVEN_K=K % block_k == 0,
+                      BLOCK_N=block_n, BLOCK_K=block_k, STAGES=int(cfg.get("num_stages", 1)),
+                      num_warps=int(cfg["num_warps"]), num_stages=1))]
+    if kind == "stream":
+        block_n, block_m, block_k, warps, stages = _stream_tiles(cfg, x, K)
+        iters = _cdiv(K, block_k)
+        return [(_stream_fast, (_cdiv(N, block_n) * _cdiv(M, block_m),),
+                 (x, weight_q, weight_scale, bias_arg, out, M, N, K, x.stride(0), weight_q.stride(0), iters),
+                 dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, EVEN_K=K % block_k == 0,
+                      X_BCAST=M == 1, DOT_DTYPE=_dot_dtype(x), TF32X3=x.dtype == torch.float32,
+                      BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, KSPLIT=warps, STAGES=stages,
+                      num_warps=warps, num_stages=1))]
+    if kind == "mma_ss" and not _rows_aligned(x, K):
+        # Element-wise loads and no cp.async: the register-operand kernel's safe tile fits better.
+        kind, cfg = "mma", _mma_config(128, 64, 64, 8, 3)
+    if kind == "mma":
+        block_n, block_m, block_k, warps, stages = _mma_tiles(cfg, x, K)
+        iters, splits = _split_plan(K, block_k, cfg.get("SPLIT_K", 1))
+        # The one exception to "nothing but the output": a float32 split-K workspace (module docstring).
+        part = out if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=out.device)
+        plan = [(_mma_fast, (_cdiv(N, block_n) * _cdiv(M, block_m), splits),
+                 (x, weight_q, weight_scale, bias_arg, part, M, N, K, x.stride(0), weight_q.stride(0), iters),
+                 dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, PARTIAL=splits > 1,
+                      EVEN_K=K % block_k == 0, DOT_DTYPE=_dot_dtype(x), TF32X3=x.dtype == torch.float32,
+                      BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, GROUP_N=int(cfg.get("GROUP_N", 8)),
+                      num_warps=warps, num_stages=stages))]
+        if splits > 1:
+            plan.append((_splitk_epilogue_fast, (M, _cdiv(N, _EPILOGUE_BLOCK)),
+                         (part, weight_scale, bias_arg, out, M, N, splits),
+                         dict(LOOP_TRIPS=splits if _INTERPRETED else 0, HAS_BIAS=bias is not None,
+                              BLOCK=_EPILOGUE_BLOCK, num_warps=4)))
+        return plan
+    if kind == "mma_ss":
+        block_m, block_n, block_k, warps, stages = _mma_ss_tiles(cfg, x, K)
+        iters = _cdiv(K, block_k)
+        return [(_mma_ss_fast, (_cdiv(M, block_m) * _cdiv(N, block_n),),
+                 (x, weight_q, weight_scale, bias_arg, out, M, N, K, x.stride(0), weight_q.stride(0), iters),
+                 dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, EVEN_K=K % block_k == 0,
+                      DOT_DTYPE=_dot_dtype(x), TF32X3=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n,
+                      BLOCK_K=block_k, GROUP_M=int(cfg.get("GROUP_M", 8)), num_warps=warps, num_stages=stages))]
+    raise ValueError(f"int8_weight_only.linear: config['kernel'] must be 'gemv', 'stream', 'mma' or 'mma_ss', "
+                     f"got {kind!r}")
 
 
-def _finish_split(part, weight_scale, bias, out, M, N, splits) -> None:
-    if part is out:
-        return
-    grid = (M, triton.cdiv(N, _EPILOGUE_BLOCK))
-    _splitk_epilogue_kernel[grid](part, weight_scale, bias if bias is not None else weight_scale, out, M, N, splits,
-                                  LOOP_TRIPS=splits if _INTERPRETED else 0, HAS_BIAS=bias is not None,
-                                  BLOCK=_EPILOGUE_BLOCK, num_warps=4)
+def _rows_aligned(x: torch.Tensor, K: int) -> bool:
+    """Every x and weight row starts 16-byte aligned (vector loads and cp.async possible)."""
+    return K % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
 
 
-def _launch_gemv(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> None:
-    block_n, block_k = int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
-    iters, splits = _split_plan(K, block_k, cfg.get("SPLIT_K", 1))
-    part = _workspace(splits, M, N, out)
-    grid = (M * triton.cdiv(N, block_n), splits)
-    _gemv_kernel[grid](
-        x, weight_q, weight_scale, bias if bias is not None else weight_scale, part,
-        M, N, K, x.stride(0), weight_q.stride(0), iters,
-        LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, PARTIAL=splits > 1,
-        EVEN_K=K % block_k == 0, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=int(cfg.get("num_stages", 1)),
-        num_warps=int(cfg["num_warps"]), num_stages=1,
-    )
-    _finish_split(part, weight_scale, bias, out, M, N, splits)
+def _dot_dtype(x: torch.Tensor):
+    if _INTERPRETED and x.dtype == torch.bfloat16:
+        return tl.float32  # numpy has no bf16 matmul; bf16 values are exact in float32
+    return _TL_DTYPE[x.dtype]
+
+
+def _stream_tiles(cfg: dict, x: torch.Tensor, K: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_N, BLOCK_M, BLOCK_K, num_warps, num_stages) to launch ``cfg`` with on these inputs."""
+    block_n, block_m, block_k = int(cfg["BLOCK_N"]), int(cfg["BLOCK_M"]), int(cfg["BLOCK_K"])
+    warps, stages = int(cfg["num_warps"]), int(cfg["num_stages"])
+    if x.dtype == torch.float32:
+        # Tables are tuned on 16-bit activations; tf32x3 keeps three operand copies and 4-byte x
+        # tiles, so cap the K step at what is known to fit (233 registers at 32x16x256, no spills).
+        block_k, stages = min(block_k, 256), min(stages, 3)
+    if not _rows_aligned(x, K):
+        # Element-wise loads: a 512-wide step spills at M = 1 (ptxas), 256 does not.
+        block_k = min(block_k, 256)
+    # A short K needs no wide step (dot tiles need ≥ 16 per warp slice).
+    block_k = max(16 * warps, min(block_k, _pow2_at_least(K)))
+    return block_n, block_m, block_k, warps, stages
 
 
 def _mma_tiles(cfg: dict, x: torch.Tensor, K: int) -> tuple[int, int, int, int, int]:
     """(BLOCK_N, BLOCK_M, BLOCK_K, num_warps, num_stages) to launch ``cfg`` with on these inputs."""
     block_n, block_m, block_k = int(cfg["BLOCK_N"]), int(cfg["BLOCK_M"]), int(cfg["BLOCK_K"])
     warps, stages = int(cfg["num_warps"]), int(cfg["num_stages"])
-    if K % 16 or (x.stride(0) * x.element_size()) % 16 or x.data_ptr() % 16:
+    if not _rows_aligned(x, K):
         # Rows not 16-byte aligned: no vector loads, no cp.async pipelining, every element its own
         # load. Large tiles then run out of registers; this one does not (checked with ptxas).
         block_n, block_m, block_k, warps, stages = 128, min(block_m, 64), 64, 8, 3
@@ -460,20 +660,11 @@ def _mma_tiles(cfg: dict, x: torch.Tensor, K: int) -> tuple[int, int, int, int, 
     return block_n, block_m, block_k, warps, stages
 
 
-def _launch_mma(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> None:
-    block_n, block_m, block_k, warps, stages = _mma_tiles(cfg, x, K)
-    iters, splits = _split_plan(K, block_k, cfg.get("SPLIT_K", 1))
-    part = _workspace(splits, M, N, out)
-    dot_dtype = _TL_DTYPE[x.dtype]
-    if _INTERPRETED and x.dtype == torch.bfloat16:
-        dot_dtype = tl.float32  # numpy has no bf16 matmul; bf16 values are exact in float32
-    grid = (triton.cdiv(N, block_n) * triton.cdiv(M, block_m), splits)
-    _mma_kernel[grid](
-        x, weight_q, weight_scale, bias if bias is not None else weight_scale, part,
-        M, N, K, x.stride(0), weight_q.stride(0), iters,
-        LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, PARTIAL=splits > 1,
-        EVEN_K=K % block_k == 0, DOT_DTYPE=dot_dtype, TF32X3=x.dtype == torch.float32,
-        BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, GROUP_N=int(cfg.get("GROUP_N", 8)),
-        num_warps=warps, num_stages=stages,
-    )
-    _finish_split(part, weight_scale, bias, out, M, N, splits)
+def _mma_ss_tiles(cfg: dict, x: torch.Tensor, K: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) to launch ``cfg`` with on these inputs."""
+    block_m, block_n, block_k = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
+    warps, stages = int(cfg["num_warps"]), int(cfg["num_stages"])
+    if x.dtype == torch.float32:
+        # tf32x3 splits x into two tf32 tiles and needs 4-byte operand tiles in shared memory.
+        block_m, block_n, block_k, stages = min(block_m, 128), min(block_n, 128), min(block_k, 32), min(stages, 3)
+    return block_m, block_n, block_k, warps, stages

@@ -1,20 +1,29 @@
 """int4 weight-only (A16W4) Triton kernels against quantkit.reference.int4.
 
-On the CPU the kernels run in Triton's interpreter at small, odd shapes: every kernel variant (GEMV,
-tensor-core tile with the weight as right or left operand, scale applied in the tile or to the
-partial product, split-K) and every activation dtype. The interpreter cannot run inline PTX, so the
-PTX that dequantizes on the GPU is checked here by emulating its six instructions on random words,
-and a subprocess compiles the GPU variants for sm_90 with ptxas (no GPU needed). The ``gpu`` tests
-run the Llama shapes of PERFORMANCE.md, every kernel variant, torch.compile and a CUDA graph.
+On the CPU the kernels run in Triton's interpreter at small, odd shapes: every kernel (small-M
+tensor-core kernel, GEMV, tile kernel with the scale in the tile or after it, split-K, dequantize +
+GEMM) and every activation dtype. The interpreter cannot run inline PTX, so the PTX that dequantizes
+on the GPU is checked here by emulating its instructions on random words, and a subprocess compiles
+the GPU variants for sm_90 with ptxas (no GPU needed). The ``gpu`` tests run the Llama shapes of
+PERFORMANCE.md, every kernel variant, torch.compile and a CUDA graph.
 
-Tolerances: outputs within one ulp of the output dtype around the float64 product of x and the
-dequantized weight (the kernels accumulate in float32 in another order; the interpreter truncates
-float32 -> bf16 instead of rounding to nearest, which one ulp also covers). Float32 outputs within
-a few float32 rounding errors. Tile variants that scale inside the tile (``SCALE_IN``) multiply by
-the weight rounded once to the activation dtype on the GPU, so there the reference takes that
-weight.
+Tolerance (derived, per output i): |y - ref| <= ulp_out(ref) + 1e-5·rms(ref) + 2^-23·S·sigma_i with
+sigma_i = sqrt(sum_k x_k² W_k²) the scale of the partial sums. The first term is the output's own
+rounding (the interpreter truncates float32 -> bf16 instead of rounding: one ulp covers both); the
+second float32 summation order near zero. The third is the tensor cores' float32 accumulation,
+which truncates instead of rounding: each of the S accumulation steps can lose one ulp of the
+running sum, < 2^-23·|S_t|, and the running sums of a product of random signs stay within ~sigma_i.
+A path that carries the accumulator through all of K in the tensor cores (weight rounded in the
+tile: ``SCALE_IN``, and cuBLAS after ``dequant_mm``) has S = K/16 steps: at K = 14336 that is
+896·2^-23 ≈ 1.1e-4 of sigma, about 2.6e-4 absolute for the test's N(0,1) x and N(0, 0.02²) W (the
+round-1 failure was 4e-5 on outputs near 0.001, beyond the 3.2e-5 the old bound allowed). Paths
+that start a fresh dot per group chunk and scale it in float32 have S = sqrt(K·DK)/16 (chunks of
+DK <= 128 columns, errors of independent chunks adding up at most like sqrt(#chunks)). A wrong code
+in one weight moves an output by |x|·s ≈ 5e-3, far beyond either. Paths that multiply by the weight
+rounded to the activation dtype are compared with a reference that rounds it the same way.
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -43,22 +52,37 @@ def make_problem(m, n, k, g, dtype, device, scale_dtype=None, bias=False, symmet
 
 
 def rounds_weight(config, x) -> bool:
-    """Whether the kernel multiplies by the weight rounded to x.dtype (GPU tile kernels with SCALE_IN)."""
-    return (x.is_cuda and config is not None and config["kernel"] == "mma" and bool(config["SCALE_IN"])
-            and x.dtype != torch.float32)
+    """Whether the kernel multiplies by the weight rounded to x.dtype (the tile kernel with SCALE_IN on
+    the GPU, and dequant_mm everywhere)."""
+    if config is None or x.dtype == torch.float32:
+        return False
+    if config["kernel"] == "dequant_mm":
+        return True
+    return x.is_cuda and config["kernel"] == "mma" and bool(config["SCALE_IN"])
+
+
+def tc_steps(config, k) -> float:
+    """S of the module docstring: float32 accumulation steps that may each lose an ulp."""
+    if config is not None and (config["kernel"] == "dequant_mm" or
+                               (config["kernel"] == "mma" and bool(config["SCALE_IN"]))):
+        return k / 16
+    return math.sqrt(k * 128) / 16
 
 
 def reference64(x, packed, scale, zero, bias, g, weight_dtype=torch.float32, acc_dtype=torch.float64):
-    """x @ dequantized weight^T (+ bias) in ``acc_dtype`` (float32 is enough next to a bf16 output's ulp
-    and much faster at the Llama shapes), returned as float64."""
+    """(x @ dequantized weight^T (+ bias), sigma) in ``acc_dtype`` (float32 is enough next to a bf16
+    output's ulp and much faster at the Llama shapes), returned as float64; sigma_i = sqrt(sum x² W²)."""
     w = R.dequantize_weight_int4(packed, scale, zero, g, weight_dtype).to(acc_dtype)
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # a float32 reference must be a float32 GEMM
     try:
-        y = x.to(acc_dtype) @ w.t()
+        xa = x.to(acc_dtype)
+        y = xa @ w.t()
+        sigma = ((xa * xa) @ (w * w).t()).sqrt()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
-    return (y + bias.to(acc_dtype) if bias is not None else y).double()
+    y = y + bias.to(acc_dtype) if bias is not None else y
+    return y.double(), sigma.double()
 
 
 def _ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -67,22 +91,20 @@ def _ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.ldexp(torch.ones_like(ref), exp.clamp(min=min_exp) - 1 - _FRACTION_BITS[dtype])
 
 
-def assert_output(y, ref64, what):
-    """One output ulp (bf16/fp16) or a few float32 roundings (fp32) around the float64 reference;
-    an absolute slack of 1e-5 of the output's RMS covers float32 summation order near zero."""
+def assert_output(y, ref, what, steps):
+    """The bound of the module docstring around the float64 reference ``ref = (values, sigma)``."""
+    ref64, sigma = ref
     assert y.shape == ref64.shape and y.dtype in (torch.bfloat16, torch.float16, torch.float32), what
     assert not torch.isnan(y).any(), f"{what}: NaN in output"
     rms = ref64.pow(2).mean().sqrt().item()
     diff = (y.double() - ref64).abs()
-    if y.dtype == torch.float32:
-        bound = 1e-6 * ref64.abs() + 1e-5 * rms
-    else:
-        bound = _ulp(ref64, y.dtype) + 1e-5 * rms
+    own = 1e-6 * ref64.abs() if y.dtype == torch.float32 else _ulp(ref64, y.dtype)
+    bound = own + 1e-5 * rms + 2.0 ** -23 * steps * sigma
     bad = diff > bound
     if bad.any():
         idx = bad.nonzero()[:5]
-        rows = [f"  at {tuple(i.tolist())}: got {y[tuple(i)].item():.8g}, reference {ref64[tuple(i)].item():.8g}"
-                for i in idx]
+        rows = [f"  at {tuple(i.tolist())}: got {y[tuple(i)].item():.8g}, reference {ref64[tuple(i)].item():.8g}, "
+                f"bound {bound[tuple(i)].item():.3g}" for i in idx]
         raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} outputs off by more than the bound; "
                              "first:\n" + "\n".join(rows))
     norm_bound = {torch.float32: 1e-5, torch.float16: 5e-4, torch.bfloat16: 6e-3 if INTERPRETED else 3e-3}[y.dtype]
@@ -95,7 +117,8 @@ def check_config_run(config, m, n, k, g, dtype, device, scale_dtype=None, bias=F
     y = k4.linear(x, packed, scale, zero, b, g, config=config)
     assert y.dtype == dtype and y.shape == (m, n)
     wdt = dtype if rounds_weight(config, x) else torch.float32
-    assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"{config} M={m} N={n} K={k} g={g} {dtype}")
+    assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"{config} M={m} N={n} K={k} g={g} {dtype}",
+                  tc_steps(config, k))
     return y
 
 
@@ -185,6 +208,7 @@ def _expected16(q, z, s, dt, scale):
 @pytest.mark.parametrize("fp16", [False, True], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("scale", [False, True], ids=["sub", "scale"])
 def test_ptx_dequant_words_emulated(fp16, scale):
+    """Tile and dequantize kernels: output j = codes (2j, 2j+1) - z (times s), one rounding."""
     dt = torch.float16 if fp16 else torch.bfloat16
     magic = 0x6400 if fp16 else 0x4300
     text = k4._asm_dequant(fp16, scale)
@@ -201,36 +225,45 @@ def test_ptx_dequant_words_emulated(fp16, scale):
 
 
 @pytest.mark.parametrize("fp16", [False, True], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("scale", [False, True], ids=["sub", "scale"])
-def test_ptx_dequant_bytes_emulated(fp16, scale):
+def test_ptx_pairs_emulated(fp16):
+    """Small-M kernel: output j = codes (j, j+4) - z exactly, with $6 = -(magic + z) as the kernel
+    builds it (``z | 0xC300`` / ``z | 0xE400`` as 16-bit floats)."""
     dt = torch.float16 if fp16 else torch.bfloat16
-    magic = 0x6400 if fp16 else 0x4300
-    text = k4._asm_dequant_bytes(fp16, scale)
-    gen = torch.Generator().manual_seed(2)
+    neg_magic = 0xE400 if fp16 else 0xC300
+    text = k4._asm_pairs(fp16)
+    gen = torch.Generator().manual_seed(3)
     for _ in range(64):
         word = int(torch.randint(0, 2**32, (1,), generator=gen, dtype=torch.int64))
-        zs = torch.randint(0, 16, (4,), generator=gen).tolist()
-        ss = ((torch.rand(4, generator=gen) - 0.5) * 0.2).to(dt).double().tolist()
-        regs = {"$4": word, "$5": (magic | zs[0]) | ((magic | zs[1]) << 16),
-                "$6": (magic | zs[2]) | ((magic | zs[3]) << 16),
-                "$7": _bits16(ss[0], dt) | (_bits16(ss[1], dt) << 16),
-                "$8": _bits16(ss[2], dt) | (_bits16(ss[3], dt) << 16)}
-        env = run_ptx(text, regs, dt)
-        for e in range(4):
-            byte = (word >> (8 * e)) & 0xFF
-            for out, q in ((0, byte & 0xF), (1, byte >> 4)):  # lo -> $0 $1, hi -> $2 $3
-                got = _halves(env[f"${2 * out + e // 2}"], dt)[e % 2].item()
-                assert got == _expected16(q, zs[e], ss[e], dt, scale), f"byte {e} of {word:#010x}, nibble {out}"
+        z = int(torch.randint(0, 16, (1,), generator=gen))
+        env = run_ptx(text, {"$4": word, "$5": word, "$6": (neg_magic | z) * 0x10001}, dt)
+        for j in range(4):
+            got = _halves(env[f"${j}"], dt).tolist()
+            want = [float(((word >> (4 * (j + 4 * e))) & 0xF) - z) for e in range(2)]
+            assert got == want, f"word {word:#010x} z={z} output {j}: {got} != {want}"
 
 
 # --------------------------------------------------------------------------- kernels (interpreter on the CPU)
-GEMV_CASES = [
+SMALL_CASES = [
     # (m, n, k, g, dtype, scale dtype, bias, config)
-    (1, 123, 256, 32, torch.bfloat16, None, True, k4._gemv(8, 512, 1, 4, 3)),
-    (1, 37, 384, 128, torch.float16, None, False, k4._gemv(16, 256, 1, 4, 1)),  # 3 groups in tiles of 2: masked
-    (3, 70, 192, 64, torch.float32, None, True, k4._gemv(8, 64, 3, 4, 1)),  # split-K 3, grid over M
-    (1, 5, 512, 256, torch.bfloat16, torch.float16, False, k4._gemv(4, 512, 2, 4, 2)),
-    (2, 40, 256, 128, torch.float32, None, False, k4._gemv(16, 128, 2, 4, 2)),  # split-K 2, fp32
+    (1, 123, 256, 32, torch.bfloat16, None, True, k4._small(16, 4, 4, 2)),  # N not a multiple of the tile
+    (1, 37, 384, 128, torch.float16, None, False, k4._small(32, 4, 2, 2)),  # 3 chunks: CHUNKS falls to 1
+    (3, 70, 512, 64, torch.float32, None, True, k4._small(16, 8, 4, 3)),  # 2 chunks a warp, fp32
+    (5, 50, 512, 256, torch.bfloat16, torch.float16, False, k4._small(16, 4, 4, 2)),  # g = 256: 2 chunks a group
+    (16, 40, 256, 64, torch.bfloat16, None, True, k4._small(32, 2, 2, 2)),
+    (20, 33, 128, 32, torch.float16, torch.float32, True, k4._small(16, 4, 4, 2)),  # M > 16: 2 m-tiles
+]
+
+
+@pytest.mark.parametrize("case", SMALL_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-g{c[3]}-{str(c[4])[6:]}")
+def test_small(kernel_device, case):
+    m, n, k, g, dtype, sdtype, bias, config = case
+    check_config_run(config, m, n, k, g, dtype, kernel_device, sdtype, bias)
+
+
+GEMV_CASES = [
+    (1, 123, 256, 32, torch.bfloat16, None, True, k4._gemv(8, 512, 4, 3)),
+    (1, 37, 384, 128, torch.float16, None, False, k4._gemv(16, 256, 4, 1)),  # 3 groups in tiles of 2: masked
+    (1, 40, 256, 128, torch.float32, None, True, k4._gemv(16, 128, 4, 2)),
 ]
 
 
@@ -241,45 +274,62 @@ def test_gemv(kernel_device, case):
 
 
 MMA_CASES = [
-    # weight as the right operand (mma.sync at BLOCK_M = 16, wgmma above)
     (5, 123, 256, 64, torch.bfloat16, None, True, k4._mma(16, 32, 64, 1, 4, 2, False)),
     (17, 70, 256, 128, torch.float16, None, False, k4._mma(16, 32, 64, 2, 4, 2, True)),  # 2 m-tiles, split 2
-    (33, 70, 192, 32, torch.float32, None, True, k4._mma(32, 16, 64, 3, 4, 2, True, group_m=2)),
-    (2, 45, 512, 256, torch.bfloat16, torch.float16, True, k4._mma(16, 64, 128, 2, 4, 2, False)),
-    (1, 77, 128, 64, torch.float16, None, True, k4._mma(16, 64, 128, 2, 4, 2, False)),  # M = 1 on the tile path
-    # weight as the left operand
-    (5, 123, 256, 64, torch.bfloat16, None, True, k4._mma(16, 32, 64, 1, 4, 2, False, True)),
-    (17, 70, 256, 128, torch.float16, None, False, k4._mma(16, 64, 128, 2, 4, 2, True, True)),
-    (33, 70, 192, 32, torch.float32, None, True, k4._mma(64, 32, 64, 1, 4, 2, True, True)),
-    (2, 45, 512, 256, torch.bfloat16, torch.float32, False, k4._mma(16, 16, 64, 4, 4, 2, False, True)),
+    (33, 70, 192, 32, torch.float32, None, True, k4._mma(32, 16, 64, 3, 4, 2, True, group_m=2)),  # split 3
+    (2, 45, 512, 256, torch.bfloat16, torch.float16, True, k4._mma(16, 64, 128, 4, 4, 2, False)),  # M <= 16: no split
+    (1, 77, 128, 64, torch.float16, None, True, k4._mma(16, 64, 128, 2, 4, 2, False)),
 ]
 
 
 @pytest.mark.parametrize("case", MMA_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-g{c[3]}-{str(c[4])[6:]}-"
-                         f"{'swap' if c[7]['SWAP'] else 'noswap'}-{'in' if c[7]['SCALE_IN'] else 'after'}")
+                         f"{'in' if c[7]['SCALE_IN'] else 'after'}")
 def test_mma(kernel_device, case):
     m, n, k, g, dtype, sdtype, bias, config = case
     check_config_run(config, m, n, k, g, dtype, kernel_device, sdtype, bias)
 
 
+@pytest.mark.parametrize("dtype,sdtype", [(torch.bfloat16, None), (torch.float16, torch.float32),
+                                          (torch.float32, torch.bfloat16)])
+def test_dequantize_exact(kernel_device, dtype, sdtype):
+    """The weight of dequant_mm is (q - z)·s rounded once to the activation dtype, bit for bit."""
+    _, packed, scale, zero, _, _ = make_problem(1, 37, 384, 64, dtype, kernel_device, sdtype)
+    want = R.dequantize_weight_int4(packed, scale, zero, 64, torch.float32).to(dtype)
+    for config in (k4._dequant_mm(16, 128, 4), k4._dequant_mm(32, 512, 4)):  # edge tiles along N and K
+        got = k4.dequantize(packed, scale, zero, 64, dtype, config)
+        assert got.dtype == dtype and torch.equal(got, want), f"{config} {dtype}"
+
+
+@pytest.mark.parametrize("m,dtype,bias", [(9, torch.bfloat16, True), (40, torch.float16, False),
+                                          (3, torch.float32, True)])
+def test_dequant_mm(kernel_device, m, dtype, bias):
+    check_config_run(k4._dequant_mm(16, 64, 4), m, 70, 256, 32, dtype, kernel_device, bias=bias)
+
+
 @pytest.mark.parametrize("m,n,k,g,dtype", [(1, 123, 256, 128, torch.bfloat16), (7, 50, 128, 32, torch.float16),
-                                           (260, 36, 128, 64, torch.bfloat16)])
+                                           (260, 36, 128, 64, torch.bfloat16), (1100, 24, 64, 32, torch.float16)])
 def test_default_configs(kernel_device, m, n, k, g, dtype):
-    """config=None: the per-M dispatch (GEMV at M = 1, tiles above, the large-tile config at M > 256)."""
+    """config=None: the per-M dispatch (small kernel at M <= 16, tiles above, dequantize + GEMM at M >= 1024)."""
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True, symmetric=m == 7)
     y = k4.linear(x, packed, scale, zero, b, g)
     config = k4.default_config(m, n, k)
+    assert config["kernel"] == ("small" if m <= 16 else "dequant_mm" if m >= 1024 else "mma")
     wdt = dtype if rounds_weight(config, x) else torch.float32
-    assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}")
+    assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}", tc_steps(config, k))
 
 
 def test_strided_activation_rows(kernel_device):
     base = torch.randn(6, 400, device=kernel_device).to(torch.float16)
     x = base[:, 16:272]  # unit stride along K, row stride 400
     _, packed, scale, zero, _, _ = make_problem(1, 40, 256, 64, torch.float16, kernel_device)
-    for config in (k4._gemv(8, 128, 1, 4, 1), k4._mma(16, 32, 64, 1, 4, 2, False)):
+    for config in (k4._small(16, 4, 4, 2), k4._mma(16, 32, 64, 1, 4, 2, False), k4._dequant_mm(16, 64, 4)):
         y = k4.linear(x, packed, scale, zero, None, 64, config=config)
-        assert_output(y, reference64(x, packed, scale, zero, None, 64), f"strided rows {config['kernel']}")
+        wdt = x.dtype if rounds_weight(config, x) else torch.float32
+        assert_output(y, reference64(x, packed, scale, zero, None, 64, wdt), f"strided rows {config['kernel']}",
+                      tc_steps(config, 256))
+    x1 = base[2:3, 16:272]
+    y = k4.linear(x1, packed, scale, zero, None, 64, config=k4._gemv(8, 128, 4, 1))
+    assert_output(y, reference64(x1, packed, scale, zero, None, 64), "strided row gemv", tc_steps(None, 256))
 
 
 def test_rejects_what_it_cannot_take(kernel_device):
@@ -310,10 +360,15 @@ def test_rejects_what_it_cannot_take(kernel_device):
         k4.linear(x, packed, scale, zero, None, 32, config={"kernel": "magic"})
     with pytest.raises(ValueError, match=">= 16"):
         k4.linear(x, packed, scale, zero, None, 32, config=k4._mma(8, 32, 64, 1, 4, 2, False))
+    with pytest.raises(ValueError, match=">= 16"):
+        k4.linear(x, packed, scale, zero, None, 32, config=k4._small(8, 4, 4, 2))
+    with pytest.raises(ValueError, match="power of two"):
+        k4.linear(x, packed, scale, zero, None, 32, config=k4._small(16, 3, 4, 2))
 
 
 def test_config_space():
-    """<= 8 candidates per problem, about 24 distinct configs over the 15 benchmark cells, all valid."""
+    """<= 8 candidates per problem, about 24 distinct configs over the 15 benchmark cells, all valid;
+    decode sizes never run split-K (one launch, no workspace)."""
     distinct = set()
     for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
         for m in (1, 16, 128, 1024, 4096):
@@ -322,7 +377,9 @@ def test_config_space():
             for c in cands + [k4.default_config(m, n, k)]:
                 k4._check_config(c)
                 distinct.add(json.dumps(c, sort_keys=True))
-    assert len(distinct) <= 26
+                if m <= 16:
+                    assert c["kernel"] in ("small", "gemv") or c["SPLIT_K"] == 1, c
+    assert len(distinct) <= 24, len(distinct)
     assert json.loads(open(os.path.join(os.path.dirname(k4.__file__), "tuned", "int4_weight_only.json")).read()) \
         is not None
 
@@ -335,45 +392,63 @@ _COMPILE_SCRIPT = textwrap.dedent("""
     from quantkit.kernels import int4_weight_only as k4
 
     def build(fn, sig, consts, warps, stages):
-        div = [a for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "ws_ptr", "N", "KW", "KB", "G",
-                           "stride_xm") if a in sig]
+        div = [a for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "ws_ptr", "out_ptr", "N", "KW",
+                           "G", "stride_xm") if a in sig]
         attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div}
         k = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                            options=dict(num_warps=warps, num_stages=stages))
         return k.asm["ptx"]
 
-    ptr = dict(x_ptr="*bf16", w_ptr="*u8", s_ptr="*bf16", z_ptr="*u8", b_ptr="*bf16", y_ptr="*bf16",
-               ws_ptr="*fp32", M="i32", N="i32")
-    tail = dict(G="i32", stride_xm="i32", TILES="i32")
+    def ptrs(dtype, names=("x_ptr", "s_ptr", "b_ptr", "y_ptr")):
+        sig = dict(x_ptr="*bf16", w_ptr="*u8", s_ptr="*bf16", z_ptr="*u8", b_ptr="*bf16", y_ptr="*bf16")
+        for p in names:
+            sig[p] = "*" + dtype
+        return sig
+
+    small_c = ["R", "BLOCK_M", "BLOCK_N", "DK", "CHUNKS", "MODE", "HAS_BIAS", "PREFETCH"]
+    def small(dtype, bm, bn, chunks, warps, stages, mode):
+        sig = {**ptrs(dtype), "M": "i32", "N": "i32", "KW": "i32", "G": "i32", "stride_xm": "i32", "TILES": "i32",
+               **{c: "constexpr" for c in small_c}}
+        consts = dict(R=1, BLOCK_M=bm, BLOCK_N=bn, DK=128, CHUNKS=chunks, MODE=mode, HAS_BIAS=True, PREFETCH=True)
+        return build(k4._small_kernel, sig, consts, warps, stages)
+
     mma_c = ["GROUP", "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "MODE", "SCALE_IN", "DOT_F32", "EVEN_M",
              "USE_WS", "HAS_BIAS"]
-    def mma(fn, kw, dtype, bm, bn, bk, warps, stages, mode, scale_in):
-        sig = {**ptr, kw: "i32", **tail, **{c: "constexpr" for c in mma_c}}
-        for p in ("x_ptr", "b_ptr", "y_ptr", "s_ptr"):
-            sig[p] = "*" + dtype
+    def mma(dtype, bm, bn, bk, warps, stages, mode, scale_in):
+        sig = {**ptrs(dtype), "ws_ptr": "*fp32", "M": "i32", "N": "i32", "KW": "i32", "G": "i32", "stride_xm": "i32",
+               "TILES": "i32", **{c: "constexpr" for c in mma_c}}
         consts = dict(GROUP=128, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, MODE=mode, SCALE_IN=scale_in,
                       DOT_F32=mode == 0, EVEN_M=bm > 16, USE_WS=bm == 16, HAS_BIAS=True)
-        return build(fn, sig, consts, warps, stages)
+        return build(k4._mma_kernel, sig, consts, warps, stages)
 
     out = {}
-    out["mma16"] = mma(k4._mma_kernel, "KW", "bf16", 16, 64, 128, 4, 4, 1, False)
-    out["mma128"] = mma(k4._mma_kernel, "KW", "fp16", 128, 128, 64, 8, 4, 2, True)
-    out["swap128"] = mma(k4._mma_swap_kernel, "KB", "bf16", 128, 128, 64, 8, 4, 1, True)
-    out["mma_f32"] = mma(k4._mma_kernel, "KW", "fp32", 32, 64, 32, 4, 2, 0, True)
-    sig = {**ptr, "KW": "i32", **tail, "magic": "i32", **{c: "constexpr" for c in (
-        "GROUP", "BLOCK_N", "GROUPS_PER_TILE", "EVEN_G", "USE_WS", "HAS_BIAS", "NUM_STAGES")}}
-    out["gemv"] = build(k4._gemv_kernel, sig, dict(GROUP=128, BLOCK_N=16, GROUPS_PER_TILE=8, EVEN_G=True,
-                                                   USE_WS=False, HAS_BIAS=True, NUM_STAGES=3), 4, 3)
+    out["small1"] = small("bf16", 1, 16, 8, 8, 4, 1)
+    out["small16"] = small("fp16", 16, 32, 8, 8, 3, 2)
+    out["small_f32"] = small("fp32", 4, 16, 4, 4, 2, 0)
+    out["mma16"] = mma("bf16", 16, 32, 128, 4, 4, 1, False)
+    out["mma128"] = mma("fp16", 128, 128, 64, 8, 4, 2, True)
+    out["mma_f32"] = mma("fp32", 32, 64, 32, 4, 2, 0, True)
+    sig = {**ptrs("bf16"), "N": "i32", "KW": "i32", "G": "i32", "stride_xm": "i32", "TILES": "i32", "magic": "i32",
+           **{c: "constexpr" for c in ("GROUP", "BLOCK_N", "GROUPS_PER_TILE", "EVEN_G", "HAS_BIAS", "NUM_STAGES")}}
+    out["gemv"] = build(k4._gemv_kernel, sig, dict(GROUP=128, BLOCK_N=8, GROUPS_PER_TILE=8, EVEN_G=True,
+                                                   HAS_BIAS=True, NUM_STAGES=3), 4, 3)
     sig = dict(ws_ptr="*fp32", b_ptr="*bf16", y_ptr="*bf16", MN="i32", N="i32", SPLIT_K="constexpr",
                BLOCK="constexpr", HAS_BIAS="constexpr")
     out["reduce"] = build(k4._splitk_reduce_kernel, sig, dict(SPLIT_K=4, BLOCK=1024, HAS_BIAS=True), 4, 1)
+    sig = dict(w_ptr="*u8", s_ptr="*bf16", z_ptr="*u8", out_ptr="*bf16", N="i32", KW="i32", G="i32",
+               **{c: "constexpr" for c in ("GROUP", "BLOCK_N", "BLOCK_KW", "MODE", "ROUND_BF16")})
+    out["dequant"] = build(k4._dequant_kernel, sig, dict(GROUP=128, BLOCK_N=32, BLOCK_KW=32, MODE=1,
+                                                         ROUND_BF16=False), 4, 1)
     checks = {
+        "small1": ["mma.sync", "lop3.b32", "fma.rn.bf16x2", "cp.async", "prefetch.global.L1"],
+        "small16": ["mma.sync", "fma.rn.f16x2", "cp.async"],
+        "small_f32": ["fma.rn.f32"],
         "mma16": ["mma.sync", "prmt.b32", "fma.rn.bf16x2"],
         "mma128": ["wgmma", "fma.rn.f16x2"],
-        "swap128": ["wgmma", "prmt.b32", "fma.rn.bf16x2"],
         "mma_f32": ["fma.rn.f32"],
         "gemv": ["cp.async", "ld.global"],
         "reduce": ["st.global"],
+        "dequant": ["prmt.b32", "fma.rn.bf16x2", "st.global.v4"],
     }
     for name, needles in checks.items():
         for needle in needles:
@@ -411,52 +486,82 @@ def test_real_shapes_gpu(n, k):
 
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     packed, scale, zero = R.quantize_weight_int4(w, 128, False, torch.bfloat16)
+    exact_w = w.double()
     for m in (1, 16, 128, 1024):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         y = k4.linear(x, packed, scale, zero, None, 128)  # tuned or default config, as the layer runs it
         config = get_config(k4.FAMILY, m, n, k, module=k4)  # the config it ran (memoized)
         wdt = x.dtype if rounds_weight(config, x) else torch.float32
         ref = reference64(x, packed, scale, zero, None, 128, wdt, acc_dtype=torch.float32)
-        assert_output(y, ref, f"M={m} N={n} K={k} {config}")
+        assert_output(y, ref, f"M={m} N={n} K={k} {config}", tc_steps(config, k))
         ref = R.int4_weight_only_linear(x, packed, scale, zero, None, 128)
-        exact = F.linear(x.double(), w.double())
+        exact = F.linear(x.double(), exact_w)
         err, ref_err = rel_error(y, exact), rel_error(ref, exact)
         assert err <= ref_err * 1.02 + 1e-4, f"M={m} N={n} K={k}: error {err:.5f} > reference's {ref_err:.5f}"
 
 
 @pytest.mark.gpu
 def test_every_kernel_variant_gpu():
-    """One config per kernel variant the sweep may pick (same specializations: N, K divisible by 16, no
-    bias, bf16), against the reference; for three of them the PTX dequantization must match the float32
-    one bit for bit (both round (q - z)·s once, and the dot is the same)."""
+    """Every candidate config (same specializations as the sweep: N, K divisible by 16, no bias, bf16)
+    against the reference; the PTX dequantization must match the float32 one bit for bit where both
+    feed the same dot (tile kernel) or produce the weight (dequantize)."""
     n, k = 512, 4096
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     packed, scale, zero = R.quantize_weight_int4(w, 128, False, torch.bfloat16)
     seen, compared = set(), set()
     for m_bucket in (1, 16, 128, 1024):
-        m = 100 if m_bucket == 128 else m_bucket  # partial M tiles too
+        m = {128: 100, 16: 13}.get(m_bucket, m_bucket)  # partial M tiles too
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         ref32 = reference64(x, packed, scale, zero, None, 128)
         ref_rounded = reference64(x, packed, scale, zero, None, 128, torch.bfloat16)
         for c in k4.candidate_configs(m_bucket, n, k):
-            kind = (c["kernel"], c.get("SWAP"), c.get("SCALE_IN"), c.get("BLOCK_M", 1) >= 64)
-            if kind in seen:
+            key = json.dumps(c, sort_keys=True)
+            if key in seen:
                 continue
-            seen.add(kind)
+            seen.add(key)
             y = k4.linear(x, packed, scale, zero, None, 128, config=c)
-            assert_output(y, ref_rounded if rounds_weight(c, x) else ref32, f"config {c} M={m}")
-            if c["kernel"] == "mma" and kind[1:3] not in compared:
-                compared.add(kind[1:3])
+            assert_output(y, ref_rounded if rounds_weight(c, x) else ref32, f"config {c} M={m}", tc_steps(c, k))
+            kind = (c["kernel"], c.get("SCALE_IN"))
+            if c["kernel"] == "mma" and kind not in compared:
+                compared.add(kind)
                 y_f32 = k4.linear(x, packed, scale, zero, None, 128, config={**c, "ASM": False})
                 assert torch.equal(y, y_f32), f"PTX and float32 dequantization differ, config {c} M={m}"
-    assert len(compared) == 4, compared  # both operand orders, scale in the tile and after it
+            if c["kernel"] == "small" and m == 1 and ("small", m) not in compared:
+                compared.add(("small", m))  # float32 CUDA-core dot: same values, other rounding
+                y_f32 = k4.linear(x, packed, scale, zero, None, 128, config={**c, "ASM": False})
+                assert_output(y_f32, ref32, f"config {c} ASM=False M={m}", tc_steps(c, k))
+            if c["kernel"] == "dequant_mm" and "dequant" not in compared:
+                compared.add("dequant")
+                want = R.dequantize_weight_int4(packed, scale, zero, 128, torch.float32).to(torch.bfloat16)
+                for asm in (True, False):
+                    got = k4.dequantize(packed, scale, zero, 128, torch.bfloat16, {**c, "ASM": asm})
+                    assert torch.equal(got, want), f"dequantize ASM={asm} {c}"
+    assert {("mma", False), ("mma", True), "dequant", ("small", 1)} <= compared, compared
 
 
-_SWAP_IN = k4._mma(64, 128, 64, 1, 4, 4, True, True)
+@pytest.mark.gpu
+def test_decode_sizes_allocate_only_the_output_gpu():
+    """M <= 16 (default and candidate configs): one allocation per call, the output (no workspace)."""
+    n, k = 4096, 4096
+    _, packed, scale, zero, _, _ = make_problem(1, n, k, 128, torch.bfloat16, "cuda")
+    for m in (1, 16):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        for c in k4.candidate_configs(m, n, k) + [None]:
+            k4.linear(x, packed, scale, zero, None, 128, config=c)  # compile, fill caches
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_stats()["allocation.all.allocated"]
+            k4.linear(x, packed, scale, zero, None, 128, config=c)
+            after = torch.cuda.memory_stats()["allocation.all.allocated"]
+            assert after - before == 1, f"M={m} {c}: {after - before} allocations"
+
+
+_TILE_IN = k4._mma(64, 128, 64, 1, 4, 4, True)
 _DTYPE_CASES = {  # (m, n, k, group, config): odd N and M, the dispatch's choice and a forced variant
-    "fp16": [(1, 4000, 1536, 32, None), (77, 1030, 512, 64, _SWAP_IN)],
-    "fp32": [(1, 4000, 1536, 32, None), (300, 333, 1024, 256, None)],
-    "bf16-fp16scale": [(5, 1000, 768, 128, None), (77, 1030, 512, 64, _SWAP_IN)],
+    "fp16": [(1, 4000, 1536, 32, None), (77, 1030, 512, 64, _TILE_IN), (5, 1030, 768, 256, None),
+             (1100, 520, 512, 128, None)],
+    "fp32": [(1, 4000, 1536, 32, None), (300, 333, 1024, 256, None), (9, 100, 512, 64, None),
+             (1100, 200, 256, 128, None)],
+    "bf16-fp16scale": [(5, 1000, 768, 128, None), (77, 1030, 512, 64, _TILE_IN), (1, 1000, 768, 128, None)],
 }
 
 
@@ -473,9 +578,12 @@ def test_dtypes_odd_shapes_gpu(dtype, sdtype, name):
         err, ref_err = rel_error(y, exact), rel_error(ref, exact)
         assert err <= ref_err * 1.02 + 1e-4, f"{config} M={m} N={n} K={k}: {err:.5f} > {ref_err:.5f}"
         used = config or k4.default_config(m, n, k)
-        if not rounds_weight(used, x) or sdtype == dtype:  # bf16 tiles round an fp16 scale to bf16 first
+        # the tile kernel with SCALE_IN rounds an fp16 scale to bf16 before the product: compare bit
+        # bounds only where the kernel's weight and the reference's agree
+        if not (rounds_weight(used, x) and used["kernel"] == "mma" and sdtype != dtype):
             wdt = dtype if rounds_weight(used, x) else torch.float32
-            assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"{config} M={m} N={n} K={k}")
+            assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"{config} M={m} N={n} K={k}",
+                          tc_steps(used, k))
 
 
 def _small_model():
@@ -497,7 +605,7 @@ def test_layer_compiles_fullgraph_gpu():
     assert isinstance(model[0], Int4WeightOnlyLinear)
     compiled = torch.compile(model, fullgraph=True)
     with torch.no_grad():
-        for m in (1, 16, 77):
+        for m in (1, 16, 77, 1030):
             x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)
             assert torch.equal(compiled(x), model(x))
     assert backend_report()[("int4_weight_only.linear", "cuda:0")][0] == "triton"
@@ -506,7 +614,7 @@ def test_layer_compiles_fullgraph_gpu():
 @pytest.mark.gpu
 def test_layer_in_cuda_graph_gpu():
     model = _small_model()
-    for m in (1, 16):
+    for m in (1, 16, 1030):
         static_x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)
         with torch.no_grad():
             side = torch.cuda.Stream()
@@ -523,4 +631,7 @@ def test_layer_in_cuda_graph_gpu():
                 static_x.copy_(new_x)
                 graph.replay()
                 torch.cuda.synchronize()
-                assert torch.equal(static_y, model(new_x))
+                if m <= 16:  # our kernels: the same launches, bit for bit
+                    assert torch.equal(static_y, model(new_x))
+                else:  # dequantize + cuBLAS, which may pick another algorithm under capture
+                    torch.testing.assert_close(static_y, model(new_x), rtol=2e-2, atol=2e-3)

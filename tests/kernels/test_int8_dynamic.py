@@ -1,16 +1,18 @@
 """int8 dynamic (W8A8) Triton kernels against quantkit.reference.int8.
 
 On the CPU the kernels run in Triton's interpreter (small, odd shapes); the ``gpu`` tests run them at
-the Llama shapes of PERFORMANCE.md, under torch.compile and inside a CUDA graph.
+the Llama shapes of PERFORMANCE.md, every config the sweep may ship at a size with many tiles, under
+torch.compile and inside a CUDA graph.
 
-What must match exactly: int8 codes and float32 scales of both quantizers, and the int32 accumulator
-(checked through ``gemm`` with unit scales and float32 output, and through the fused kernel with
-activations whose scale is exactly 1). Scaled outputs: within the output dtype's rounding of the
-float32 reference (one unit in the last place). The interpreter's float32 -> bfloat16 cast truncates
-instead of rounding to nearest, which one ulp also covers. (The kernels round exactly like the reference,
-so on the GPU the outputs are expected to be bit-identical: scripts/bench_int8_dynamic.py counts it.)
+What must match exactly: int8 codes and float32 scales of both quantizers (including values whose
+quotient lies next to a rounding tie, where the kernels' reciprocal-and-residual division must agree
+with IEEE division), and the int32 accumulator (checked with activations whose scale is exactly 1
+and unit weight scales, float32 output). Scaled outputs: within one output ulp of the float32
+reference (the interpreter's float32 -> bfloat16 cast truncates, which one ulp also covers; on the
+GPU the kernels round like the reference).
 """
-import os
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,7 +24,6 @@ from tests.helpers import rel_error
 ik = pytest.importorskip("quantkit.kernels.int8_dynamic")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 _FRACTION_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
 
 
@@ -62,8 +63,31 @@ def make_problem(m, n, k, dtype, bias, device):
     return x, weight_q, weight_scale, b
 
 
-def random_codes(*shape, device):
-    return torch.randint(-127, 128, shape, dtype=torch.int8, device=device)
+def random_codes(*shape, device, bound=127):
+    return torch.randint(-bound, bound + 1, shape, dtype=torch.int8, device=device)
+
+
+def unit_scale_rows(m, k, device, bound=125):
+    """float32 rows of half-integers in [-bound/2 .. bound/2] with one ±127 in the last column: amax
+    127, so x_scale is exactly 1 and the codes are the round-half-even of the values."""
+    x = torch.randint(-bound, bound + 1, (m, k), device=device).float() / 2
+    x[:, -1] = 127.0
+    x[::2, -1] = -127.0
+    return x
+
+
+def near_tie_rows(m, k, device):
+    """float32 rows whose quotients x / scale land on, or one float32 ulp beside, a half-integer: the
+    values where a division that is not correctly rounded picks the wrong code."""
+    amax = torch.exp2(torch.rand(m, device=device) * 40 - 20) * (1 + torch.rand(m, device=device))
+    scale = amax / torch.tensor(127.0, device=device)  # tensor / tensor: IEEE division
+    half = torch.randint(-127, 127, (m, k), device=device).double() + 0.5
+    x = (half * scale.double()[:, None]).float()
+    step = torch.randint(-1, 2, (m, k), device=device)
+    x = torch.where(step > 0, torch.nextafter(x, torch.full_like(x, float("inf"))), x)
+    x = torch.where(step < 0, torch.nextafter(x, torch.full_like(x, -float("inf"))), x)
+    x[:, 0] = amax
+    return x
 
 
 # --------------------------------------------------------------------------- quantizers
@@ -93,6 +117,25 @@ def test_quantize_ties_round_half_even(kernel_device, dtype):
     assert torch.equal(q, R.quantize_act_int8_per_token(x)[0])
 
 
+def test_quantize_division_is_ieee_next_to_ties(kernel_device):
+    """Quotients on and one ulp beside half-integers, scales over 2^±20: the reciprocal-and-residual
+    division must round exactly like IEEE division (the reference), in every kernel that quantizes."""
+    x = near_tie_rows(16, 256, kernel_device)
+    rq, rs = R.quantize_act_int8_per_token(x)
+    q, s = ik.quantize_act(x)
+    assert torch.equal(s, rs)
+    assert torch.equal(q, rq), f"{int((q != rq).sum())} of {q.numel()} codes differ"
+    # The fused kernels quantize in registers: identity-like weights expose their codes. With unit
+    # weight scales y[m, n] = x_scale[m] * sum_k q[m, k] * w[n, k]; w = rows of the identity picks q[m, n].
+    n = 64
+    eye = torch.eye(n, 256, device=kernel_device).to(torch.int8)
+    ones = torch.ones(n, device=kernel_device)
+    for config, rows in ((ik._gemv(16, 128, 4, 2), 2), (ik._fused(32, 128, 4, 2), 16)):
+        y = ik.linear(x[:rows], eye, ones, None, config=config)
+        codes = torch.round(y.double() / rs[:rows, None].double())
+        assert torch.equal(codes, rq[:rows, :n].double()), f"{config['kernel']}: codes differ"
+
+
 def test_quantize_act_strided_rows(kernel_device):
     # Rows of a wider buffer: unit stride along K, row stride 160.
     base = torch.randn(9, 160, dtype=torch.bfloat16, device=kernel_device)
@@ -120,15 +163,17 @@ def test_quantize_weight_non_contiguous(kernel_device):
 
 # --------------------------------------------------------------------------- exact int32 accumulation
 GEMM_CONFIGS = [
-    ik._two_pass(16, 16, 64, 4, 2),                # K % BLOCK_K != 0 -> masked K loop; mma-size tiles
-    ik._two_pass(32, 32, 32, 4, 2, group_m=2),    # several row blocks, grouped order
-    ik._two_pass(64, 64, 128, 4, 3),              # wgmma-size tile
-    ik._two_pass(16, 32, 64, 4, 2, tma=True),     # TMA descriptors (needs K % 16 == 0)
+    ik._two_pass(16, 16, 64, 4, 2),                     # K % BLOCK_K != 0 -> masked K loop; mma-size tiles
+    ik._two_pass(32, 32, 32, 4, 2, group_m=2),          # several row blocks, grouped order
+    ik._two_pass(64, 64, 128, 4, 3),                    # wgmma-size tile
+    ik._two_pass(16, 32, 64, 4, 2, mode="tma"),         # TMA descriptors (needs K % 16 == 0)
+    ik._two_pass(16, 16, 32, 4, 2, mode="persistent"),  # one program per "SM" (4 in the interpreter)
+    ik._two_pass(16, 32, 32, 4, 2, split_k=3),          # split-K: uneven splits, some past K
 ]
 
 
-@pytest.mark.parametrize("config", GEMM_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}"
-                         f"{'-tma' if c['tma'] else ''}")
+@pytest.mark.parametrize("config", GEMM_CONFIGS, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}-"
+                         f"{c['mode']}-sk{c['SPLIT_K']}")
 @pytest.mark.parametrize("mnk", [(1, 77, 123), (5, 123, 123), (33, 70, 256), (70, 45, 96)])
 def test_gemm_int32_exact(kernel_device, config, mnk):
     m, n, k = mnk
@@ -146,19 +191,14 @@ def test_gemm_int32_exact(kernel_device, config, mnk):
 
 
 @pytest.mark.parametrize("config,mnk", [
-    (ik._fused(1, 16, 64, 4, 1), (3, 40, 150)),
-    (ik._fused(1, 16, 1024, 4, 1), (1, 20, 8300)),  # amax over more than one 8192-wide chunk
-    (ik._fused(16, 32, 64, 4, 2), (17, 40, 150)),
-    (ik._fused(16, 16, 128, 4, 2), (5, 20, 600)),  # amax over two 512-wide chunks
+    (ik._gemv(16, 64, 4, 1), (3, 40, 150)),
+    (ik._gemv(16, 1024, 4, 2), (1, 20, 8300)),   # the amax over more than one 8192-wide chunk
+    (ik._fused(32, 64, 4, 2), (17, 40, 150)),    # two row blocks of 16
+    (ik._fused(16, 128, 4, 2), (5, 20, 600)),    # the amax over three pipelined 256-wide chunks
 ], ids=["gemv", "gemv-long-row", "dot", "dot-long-row"])
 def test_fused_int32_exact(kernel_device, config, mnk):
-    # Rows with amax 127 and half-integer values: x_scale is exactly 1, so with unit weight scales the
-    # float32 output is the int32 accumulator of the round-half-even codes.
     m, n, k = mnk
-    # |x| <= 125 except the last column, so a kernel that missed the row's last chunk gets the scale wrong
-    x = torch.randint(-250, 251, (m, k), device=kernel_device).float() / 2
-    x[:, -1] = 127.0
-    x[-1, -1] = -127.0
+    x = unit_scale_rows(m, k, kernel_device)  # the last column sets the scale: a missed chunk shows
     w_q = random_codes(n, k, device=kernel_device)
     x_q, x_scale = R.quantize_act_int8_per_token(x)
     assert torch.equal(x_scale, torch.ones_like(x_scale))
@@ -168,11 +208,13 @@ def test_fused_int32_exact(kernel_device, config, mnk):
 
 # --------------------------------------------------------------------------- scaled outputs, every variant
 LINEAR_CONFIGS = {
-    "fused-gemv": ik._fused(1, 16, 64, 4, 1),
-    "fused-dot": ik._fused(16, 32, 64, 4, 2),
+    "gemv": ik._gemv(16, 64, 4, 2),
+    "fused-dot": ik._fused(32, 64, 4, 2),
     "two-pass-16": ik._two_pass(16, 32, 64, 4, 2),
     "two-pass-64": ik._two_pass(64, 64, 64, 4, 2),
-    "two-pass-tma": ik._two_pass(32, 32, 64, 4, 2, tma=True),
+    "two-pass-tma": ik._two_pass(32, 32, 64, 4, 2, mode="tma"),
+    "two-pass-persistent": ik._two_pass(32, 32, 64, 4, 2, mode="persistent"),
+    "two-pass-split": ik._two_pass(16, 32, 32, 4, 2, split_k=2),
 }
 
 
@@ -181,8 +223,8 @@ LINEAR_CONFIGS = {
 @pytest.mark.parametrize("mnk,bias", [((1, 77, 123), True), ((5, 123, 123), False), ((33, 300, 256), True)])
 def test_linear_matches_reference(kernel_device, variant, dtype, mnk, bias):
     m, n, k = mnk
-    if variant == "fused-gemv" and m > 5:
-        m = 5  # one program per row: the interpreter is slow with many
+    if variant == "gemv" and m > 5:
+        m = 2  # one program column per row: the interpreter is slow with many
     x, weight_q, weight_scale, b = make_problem(m, n, k, dtype, bias, kernel_device)
     y = ik.linear(x, weight_q, weight_scale, b, config=LINEAR_CONFIGS[variant])
     assert y.dtype == dtype and y.shape == (m, n)
@@ -201,12 +243,14 @@ def test_gemm_matches_reference(kernel_device, out_dtype):
     assert_scaled_close(y, ref32, f"gemm -> {out_dtype}")
 
 
-@pytest.mark.parametrize("m", [1, 7, 40, 130, 300])
-def test_default_dispatch_by_m(kernel_device, m):
-    """config=None on the CPU takes default_config: each M range's branch runs and is right."""
-    n, k = 70, 96
-    expected_kind = "fused" if m == 1 else "two_pass"
-    assert ik.default_config(m, n, k)["kernel"] == expected_kind
+@pytest.mark.parametrize("m,k,kind", [(1, 96, "gemv"), (7, 96, "fused"), (16, 96, "fused"), (40, 96, "two_pass"),
+                                      (40, 8200, "two_pass"), (300, 96, "two_pass")])
+def test_default_dispatch_by_m(kernel_device, m, k, kind):
+    """Each M range's default branch runs and is right (config=None takes it on the CPU); long K at
+    small M takes split-K."""
+    n = 70
+    assert ik.default_config(m, n, k)["kernel"] == kind
+    assert (ik.default_config(m, n, k).get("SPLIT_K", 1) > 1) == (k > 8192)
     x, weight_q, weight_scale, b = make_problem(m, n, k, torch.bfloat16, True, kernel_device)
     if kernel_device == "cpu":
         y = ik.linear(x, weight_q, weight_scale, b)
@@ -218,9 +262,19 @@ def test_default_dispatch_by_m(kernel_device, m):
 def test_zero_rows_give_bias(kernel_device):
     x, weight_q, weight_scale, b = make_problem(4, 50, 64, torch.float16, True, kernel_device)
     x[1] = 0
-    for config in (LINEAR_CONFIGS["fused-gemv"], LINEAR_CONFIGS["two-pass-16"]):
+    for config in (LINEAR_CONFIGS["gemv"], LINEAR_CONFIGS["fused-dot"], LINEAR_CONFIGS["two-pass-16"]):
         y = ik.linear(x, weight_q, weight_scale, b, config=config)
         assert torch.equal(y[1], b)
+
+
+def test_two_pass_workspace_padding(kernel_device):
+    """K not a multiple of 16: the codes sit in a workspace with rows padded to 16 bytes and the row
+    scales behind them; the pointer and (interpreted) TMA kernels read them back right."""
+    x, weight_q, weight_scale, b = make_problem(19, 40, 100, torch.float32, True, kernel_device)
+    ref32 = reference_linear32(x, weight_q, weight_scale, b)
+    for mode in ("pointer", "tma"):
+        y = ik.linear(x, weight_q, weight_scale, b, config=ik._two_pass(16, 16, 32, 4, 2, mode=mode))
+        assert_scaled_close(y, ref32, f"K=100 {mode}")
 
 
 # --------------------------------------------------------------------------- configs and the sweep's space
@@ -230,32 +284,49 @@ def _bench_cells():
     return [(m, n, k) for n, k in LLAMA_SHAPES for m in BENCH_M]
 
 
+def _distinct_candidates():
+    seen, configs = set(), []
+    for m, n, k in _bench_cells():
+        for c in ik.candidate_configs(m, n, k) + [ik.default_config(m, n, k)]:
+            key = tuple(sorted(c.items()))
+            if key not in seen:
+                seen.add(key)
+                configs.append((m, c))
+    return configs
+
+
 def test_candidate_space_fits_the_sweep():
     distinct = set()
     for m, n, k in _bench_cells():
         cands = ik.candidate_configs(m, n, k)
         assert 1 <= len(cands) <= 8
+        keys = [tuple(sorted(c.items())) for c in cands]
+        assert tuple(sorted(ik.default_config(m, n, k).items())) in keys, "the default competes in the sweep"
         for c in cands:
             ik._check_config(c)
             distinct.add(tuple(sorted(c.items())))
-        ik._check_config(ik.default_config(m, n, k))
+        # M <= 16: one launch and the output as the only allocation
+        assert all(c["kernel"] != "two_pass" for c in cands) or m > 16
     assert len(distinct) <= 24, f"{len(distinct)} distinct configs over the benchmark cells"
 
 
 def test_every_candidate_config_is_correct(kernel_device):
     """Each config the sweep may ship computes the right thing (small problem, odd N)."""
-    seen = set()
-    configs = []
-    for m, n, k in _bench_cells():
-        for c in ik.candidate_configs(m, n, k):
-            key = tuple(sorted(c.items()))
-            if key not in seen:
-                seen.add(key)
-                configs.append(c)
     x, weight_q, weight_scale, _ = make_problem(3, 45, 256, torch.bfloat16, False, kernel_device)
     ref32 = reference_linear32(x, weight_q, weight_scale, None)
-    for c in configs:
+    for _, c in _distinct_candidates():
         assert_scaled_close(ik.linear(x, weight_q, weight_scale, None, config=c), ref32, f"config {c}")
+
+
+def test_shipped_table_holds_only_candidates():
+    """The shipped per-GPU table names configs of the current search space, each for its own cell."""
+    path = Path(ik.__file__).with_name("tuned") / f"{ik.FAMILY}.json"
+    table = json.loads(path.read_text()) if path.is_file() else {}
+    for gpu, entries in table.items():
+        for key, config in entries.items():
+            m, n, k = (int(v) for v in key.split(","))
+            ik._check_config(config)
+            assert config in ik.candidate_configs(m, n, k), f"{gpu} {key}: {config} is not a candidate"
 
 
 def test_bad_configs_are_rejected():
@@ -263,8 +334,12 @@ def test_bad_configs_are_rejected():
         ik._check_config({"BLOCK_M": 16})
     with pytest.raises(ValueError, match="lacks"):
         ik._check_config({"kernel": "two_pass", "BLOCK_M": 64})
-    with pytest.raises(ValueError, match="BLOCK_M must be 1"):
-        ik._check_config(ik._fused(8, 16, 64, 4, 1))
+    with pytest.raises(ValueError, match="mode"):
+        ik._check_config(dict(ik._two_pass(64, 64, 64, 4, 2), mode="cluster"))
+    with pytest.raises(ValueError, match="BLOCK_M must be >= 16"):
+        ik._check_config(ik._two_pass(8, 64, 64, 4, 2))
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        ik._check_config(ik._two_pass(64, 64, 64, 4, 2, mode="tma", split_k=2))
 
 
 # --------------------------------------------------------------------------- input checks
@@ -299,56 +374,82 @@ LLAMA = [(4096, 4096), (14336, 4096), (4096, 14336)]
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", LLAMA)
 def test_real_shapes_gpu(n, k):
+    """The configs the layer runs (shipped table, else default) at every benchmark M: codes, outputs
+    and the error against float64 F.linear of the unquantized weight."""
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     weight_q, weight_scale = ik.quantize_weight(w)
     rq, rs = R.quantize_weight_int8_per_channel(w)
-    assert torch.equal(weight_q, rq) and torch.equal(weight_scale, rs)
-    for m in (1, 16, 128, 1024):
+    assert torch.equal(weight_scale, rs), "weight scales"
+    assert torch.equal(weight_q, rq), f"weight codes: {int((weight_q != rq).sum())} differ"
+    for m in (1, 16, 128, 1024, 4096):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         x_q, x_scale = ik.quantize_act(x)
         rxq, rxs = R.quantize_act_int8_per_token(x)
-        assert torch.equal(x_q, rxq) and torch.equal(x_scale, rxs), f"activation codes M={m}"
+        assert torch.equal(x_scale, rxs), f"activation scales M={m}"
+        assert torch.equal(x_q, rxq), f"activation codes M={m}: {int((x_q != rxq).sum())} differ"
         y = ik.linear(x, weight_q, weight_scale)  # tuned or default config, as the layer runs it
-        # the reference forward, its float64 GEMM done once
         ref32 = R.int8_gemm_int32(rxq, weight_q).float() * rxs[:, None] * weight_scale[None, :]
-        ref = ref32.to(x.dtype)
         assert_scaled_close(y, ref32, f"M={m} N={n} K={k}")
         exact = F.linear(x.double(), w.double())
-        err, ref_err = rel_error(y, exact), rel_error(ref, exact)
+        err, ref_err = rel_error(y, exact), rel_error(ref32.to(x.dtype), exact)
         assert err <= ref_err * 1.02 + 1e-6, f"M={m} N={n} K={k}: error {err:.5f} > reference's {ref_err:.5f}"
+        del x, x_q, rxq, y, ref32, exact
 
 
 @pytest.mark.gpu
 def test_every_candidate_config_gpu():
-    """Every config the sweep may pick, compiled for sm_90 (wgmma, TMA): exact int32 and right outputs."""
-    n, k = 512, 4096  # same specializations as the sweep's (N, K divisible by 16, no bias, bf16)
+    """Every config the sweep may pick (and every default), compiled for this GPU, at the sweep's M
+    with many tiles (N = 1024, K = 4096: the sweep's specializations, so it reuses these compilations):
+    outputs within one ulp, which a race or a miscompiled pipeline (wrong K blocks) cannot meet. Then
+    the int32 accumulator exactly, for one config of each kernel and GEMM mode."""
+    n, k = 1024, 4096
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     weight_q, weight_scale = ik.quantize_weight(w)
-    seen, exact_checked = set(), set()
-    for m_bucket in (1, 16, 128, 1024):
-        # M = the sweep's, so that it finds these compilations cached; partial M tiles at 100 (the CPU
-        # tests cover them for every variant; this covers wgmma and TMA with masked/zero-filled rows).
-        m = 100 if m_bucket == 128 else m_bucket
-        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        ref32 = reference_linear32(x, weight_q, weight_scale, None)
-        x_q, _ = R.quantize_act_int8_per_token(x)
-        acc = R.int8_gemm_int32(x_q, weight_q)
-        for c in ik.candidate_configs(m_bucket, n, k):
-            key = tuple(sorted(c.items()))
-            if key in seen:
-                continue
-            seen.add(key)
-            assert_scaled_close(ik.linear(x, weight_q, weight_scale, None, config=c), ref32, f"config {c}")
-            # The float32-output GEMM is one more compilation per config: check the accumulator exactly
-            # for one pointer and one TMA config per M bucket (all others are covered by the ulp check).
-            kind = (m_bucket, c["kernel"], c.get("tma"))
-            if c["kernel"] == "two_pass" and kind not in exact_checked:
-                exact_checked.add(kind)
-                y = ik.gemm(x_q, torch.ones(m, device="cuda"), weight_q, torch.ones(n, device="cuda"), None,
-                            torch.float32, config=c)
-                # float32 holds these accumulators exactly (|acc| < 2^24 for N(0,1) inputs at K = 4096)
-                assert acc.abs().max().item() < 2**24
-                assert torch.equal(y.to(torch.int64), acc.to(torch.int64)), f"int32 accumulator, config {c}"
+    exact_w = random_codes(n, k, device="cuda", bound=8)
+    exact_checked = set()
+    problems = {}
+    for m, c in _distinct_candidates():
+        if m not in problems:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            problems[m] = (x, reference_linear32(x, weight_q, weight_scale, None))
+        x, ref32 = problems[m]
+        assert_scaled_close(ik.linear(x, weight_q, weight_scale, None, config=c), ref32, f"M={m} config {c}")
+        kind = (c["kernel"], c.get("mode"), c.get("SPLIT_K", 1) > 1)  # (PDL changes no arithmetic)
+        if kind not in exact_checked:
+            exact_checked.add(kind)
+            xs = unit_scale_rows(m, k, "cuda", bound=16)  # |acc| <= 127·8 + 8·8·K < 2^24: exact in float32
+            x_q, _ = R.quantize_act_int8_per_token(xs)
+            y = ik.linear(xs, exact_w, torch.ones(n, device="cuda"), None, config=c)
+            acc = R.int8_gemm_int32(x_q, exact_w)
+            assert torch.equal(y.to(torch.int64), acc.to(torch.int64)), f"int32 accumulator M={m} config {c}"
+    # partial M and N tiles with the large-M default (the CPU tests cover the masks of every variant)
+    x, wq, ws, b = make_problem(1000, 1000, k, torch.bfloat16, True, "cuda")
+    c = ik.default_config(1000, 1000, k)
+    assert_scaled_close(ik.linear(x, wq, ws, b, config=c), reference_linear32(x, wq, ws, b), f"M=1000 {c}")
+
+
+@pytest.mark.gpu
+def test_pdl_two_pass_in_cuda_graph_gpu():
+    """The two-pass path with programmatic dependent launch, eager and replayed from a CUDA graph."""
+    config = ik._two_pass(64, 64, 128, 4, 4, pdl=True)
+    x, weight_q, weight_scale, b = make_problem(128, 1024, 4096, torch.bfloat16, True, "cuda")
+    ref32 = reference_linear32(x, weight_q, weight_scale, b)
+    assert_scaled_close(ik.linear(x, weight_q, weight_scale, b, config=config), ref32, "pdl eager")
+    static_x = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ik.linear(static_x, weight_q, weight_scale, b, config=config)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = ik.linear(static_x, weight_q, weight_scale, b, config=config)
+    for _ in range(3):
+        new_x = torch.randn_like(x)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, ik.linear(new_x, weight_q, weight_scale, b, config=config))
 
 
 def _small_model():
@@ -378,9 +479,10 @@ def test_layer_compiles_fullgraph_gpu():
 
 
 @pytest.mark.gpu
-def test_layer_in_cuda_graph_gpu():
+@pytest.mark.parametrize("m", [1, 16, 128])  # GEMV, fused tl.dot, two-pass with its workspace
+def test_layer_in_cuda_graph_gpu(m):
     model = _small_model()
-    static_x = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
+    static_x = torch.randn(m, 256, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
