@@ -9,6 +9,7 @@ synchronizing every 20 calls), of the kernel module's ``linear`` called directly
 """
 import argparse
 import cProfile
+import importlib
 import pstats
 import time
 
@@ -33,6 +34,15 @@ def cpu_us_per_call(fn, calls=200, chunk=20):
     return total / calls * 1e6
 
 
+def _buffers(layer):
+    """The positional arguments of the family's kernel ``linear`` after x, from the layer's buffers."""
+    if hasattr(layer, "weight_packed"):
+        return (layer.weight_packed, layer.weight_scale, layer.weight_zero_point, layer.bias, layer.group_size)
+    if hasattr(layer, "block_size"):
+        return (layer.weight, layer.weight_scale, layer.bias, layer.block_size, layer.scale_fmt)
+    return (layer.weight, layer.weight_scale, layer.bias)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--m", default="1,16,128")
@@ -43,7 +53,8 @@ def main():
     torch.manual_seed(0)
     lin = torch.nn.Linear(args.k, args.n, bias=False, device="cuda", dtype=torch.bfloat16)
     torch.nn.init.normal_(lin.weight, std=0.02)
-    print(f"N={args.n} K={args.k}")
+    print(f"N={args.n} K={args.k}; triton launch hooks installed: "
+          f"{len(triton.knobs.runtime.launch_enter_hook.calls) + len(triton.knobs.runtime.launch_exit_hook.calls)}")
     for recipe in quantkit.recipe_names():
         layer = quantkit.quantize_linear(lin, recipe)
         for m in map(int, args.m.split(",")):
@@ -60,7 +71,16 @@ def main():
                     gpu_graph = triton.testing.do_bench(g.replay, warmup=25, rep=100, return_mode="median") * 1e3
                 except Exception as exc:  # noqa: BLE001
                     print(f"   graph capture failed: {exc.__class__.__name__}: {exc}")
-            print(f"{recipe:18s} M={m:<5d} layer CPU {cpu_layer:7.1f} us/call   do_bench {gpu:7.1f} us   "
+            family = recipe.replace("-", "_")
+            module = importlib.import_module(f"quantkit.kernels.{family}")
+            bufs = _buffers(layer)
+            direct = lambda: module.linear(x, *bufs)  # noqa: E731
+            with torch.inference_mode():
+                inf = triton.testing.do_bench(fwd, warmup=25, rep=100, return_mode="median") * 1e3
+            kern = triton.testing.do_bench(direct, warmup=25, rep=100, return_mode="median") * 1e3
+            cpu_direct = cpu_us_per_call(direct)
+            print(f"{recipe:18s} M={m:<5d} layer CPU {cpu_layer:7.1f} us/call (kernel call {cpu_direct:6.1f})  "
+                  f"do_bench layer {gpu:7.1f} us, under inference_mode {inf:7.1f}, kernel call {kern:7.1f}  "
                   f"graph replay {gpu_graph:7.1f} us", flush=True)
             if args.profile and m == 16:
                 prof = cProfile.Profile()
@@ -73,5 +93,16 @@ def main():
                 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
 
+def report_launch_caches():
+    """Compiled variants per cached kernel: more than a handful means the launch key is unstable."""
+    from quantkit.kernels.launch import CachedKernel
+
+    for family in ("fp8_block", "int8_dynamic", "int8_weight_only", "int4_weight_only"):
+        module = importlib.import_module(f"quantkit.kernels.{family}")
+        sizes = {name: (len(v._compiled), v._fast) for name, v in vars(module).items() if isinstance(v, CachedKernel)}
+        print(family, sizes)
+
+
 if __name__ == "__main__":
     main()
+    report_launch_caches()

@@ -459,11 +459,11 @@ def _launch_act_quant(x, q, s, stride_sm, stride_sg, group, ue8m0) -> None:
         return
     # Big inputs: 64 elements per thread (SASS ~17 instructions per element, under the ~28 that
     # 3 TB/s at 3 bytes per element leaves); smaller tiles while that would leave SMs idle.
-    groups = triton.cdiv(k, group)
+    groups = ceil_div(k, group)
     block_m = max(1, min(triton.next_power_of_2(m), 8192 // group))
-    while x.is_cuda and block_m > 1 and triton.cdiv(m, block_m) * groups < 256:
+    while x.is_cuda and block_m > 1 and ceil_div(m, block_m) * groups < 256:
         block_m //= 2
-    grid = (triton.cdiv(m, block_m), groups)
+    grid = (ceil_div(m, block_m), groups)
     _act_quant_fast[grid](x, q, s, m, k, x.stride(0), q.stride(0), stride_sm, stride_sg,
                           BLOCK_M=block_m, GROUP=group, UE8M0=ue8m0, ON_GPU=x.is_cuda, num_warps=4)
 
@@ -620,7 +620,7 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
     xs_arg = xs if xs is not None else y  # never read when the activation is quantized in the kernel
     if config["kernel"] == "gemv":
         bw = config["BLOCK_W"]
-        _gemv_fast[(triton.cdiv(n, bw), m)](
+        _gemv_fast[(ceil_div(n, bw), m)](
             x, weight_q, weight_scale, bias_arg, y, n, _loop_bound(k),
             x.stride(0), weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1), y.stride(0),
             BLOCK_W=bw, BLOCK_K=block_size, GROUPS=config["GROUPS"], HAS_BIAS=has_bias, UE8M0=ue8m0,
@@ -632,7 +632,7 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         # (cp.async moves 4-16 bytes), so its L2 latency would stall every K block.
         bx = max(4, min(config["BLOCK_X"], triton.next_power_of_2(m)))
         groups = config["GROUPS"]
-        grid = (triton.cdiv(n, bw) * triton.cdiv(m, bx),)
+        grid = (ceil_div(n, bw) * ceil_div(m, bx),)
         _gemm_swap_fast[grid](
             x, xs_arg, weight_q, weight_scale, bias_arg, y, m, n, _loop_bound(k),
             x.stride(0), stride_xsm, stride_xsk, weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1),
@@ -650,7 +650,7 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
 
         x_desc = TensorDescriptor.from_tensor(x, [bm, block_size])
         w_desc = TensorDescriptor.from_tensor(weight_q, [bn, block_size])
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    grid = (ceil_div(m, bm) * ceil_div(n, bn),)
     _gemm_tiled_fast[grid](
         x, x_desc, xs_arg, weight_q, w_desc, weight_scale, bias_arg, y, m, n, _loop_bound(k),
         x.stride(0), stride_xsm, stride_xsk, weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1),

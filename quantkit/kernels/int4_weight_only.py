@@ -63,6 +63,7 @@ import triton
 import triton.language as tl
 
 from quantkit.kernels.launch import cached
+from quantkit.reference.common import ceil_div
 
 MIN_CAPABILITY = (8, 0)
 FAMILY = "int4_weight_only"
@@ -627,6 +628,7 @@ def _check_config(config: dict) -> None:
                          f"got {config!r}")
     if config["kernel"] == "small" and config["BLOCK_N"] < 16:
         raise ValueError(f"int4_weight_only small config: BLOCK_N must be >= 16 (one mma row tile), got {config!r}")
+
     if config["kernel"] == "dequant_mm" and config["BLOCK_K"] < 8:
         raise ValueError(f"int4_weight_only dequant_mm config: BLOCK_K must be >= 8 (one word), got {config!r}")
 
@@ -653,9 +655,9 @@ def _default_mma(M: int, N: int, K: int) -> dict:
     g = 128  # the recipes' default group size; BLOCK_K is clamped to the real one at launch
     if M <= 64:
         bm = max(16, triton.next_power_of_2(M))
-        return _mma(bm, 64, 128, _split_for(triton.cdiv(N, 64), K // g), 4, 4, False)
+        return _mma(bm, 64, 128, _split_for(ceil_div(N, 64), K // g), 4, 4, False)
     if M <= 256:
-        blocks = triton.cdiv(N, 64) * triton.cdiv(M, 64)
+        blocks = ceil_div(N, 64) * ceil_div(M, 64)
         return _mma(64, 64, 128, _split_for(blocks, K // g), 4, 4, False)
     # 128 registers and 94 KB of shared memory a program: two fit on an SM, so one program's
     # dequantization overlaps the other's tensor-core work.
@@ -674,7 +676,9 @@ def default_config(M: int, N: int, K: int) -> dict:
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     """The search space of the offline sweep for an [M, K] x [N, K]^T problem (<= 8 configs)."""
     if M <= 1:
-        return [_small(16, 8, 8, 4), _small(16, 16, 8, 3), _small(32, 8, 8, 4), _small(32, 16, 8, 3),
+        # (CHUNKS=16 with 8 warps gave wrong outputs on an H100 at M=1, 510 of 512, cause not found:
+        # the candidates keep one chunk a warp, as the defaults do, which passed every GPU test)
+        return [_small(16, 8, 8, 4), _small(32, 8, 8, 4), _small(32, 4, 4, 4),
                 _small(64, 8, 8, 3), _small(16, 4, 4, 6), _gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3)]
     if M <= 16:
         return [_small(16, 4, 4, 4), _small(16, 8, 8, 3), _small(32, 8, 8, 3), _small(32, 4, 4, 4),
@@ -727,7 +731,7 @@ def _launch_small(x, packed, scale, zero, bias, y, group_size, config) -> None:
     chunks = _pow2_divisor(K // dk, config["CHUNKS"])
     bm = triton.next_power_of_2(min(M, _SMALL_MAX_M))
     warps = min(config["num_warps"], chunks)  # the warps split the chunks (the batch of the dot)
-    _small_fast[(triton.cdiv(N, config["BLOCK_N"]), triton.cdiv(M, bm))](
+    _small_fast[(ceil_div(N, config["BLOCK_N"]), ceil_div(M, bm))](
         x, packed, scale, zero, bias if bias is not None else scale, y,
         M, N, K // 8, K // group_size, x.stride(0), _loop_bound(K // (dk * chunks)),
         R=group_size // dk, BLOCK_M=bm, BLOCK_N=config["BLOCK_N"], DK=dk, CHUNKS=chunks, MODE=_asm_mode(x, config),
@@ -741,9 +745,9 @@ def _launch_gemv(x, packed, scale, zero, bias, y, group_size, config) -> None:
     gpt = max(1, config["BLOCK_K"] // group_size)
     gpt = min(gpt, triton.next_power_of_2(G))
     bn = config["BLOCK_N"]
-    _gemv_fast[(triton.cdiv(N, bn), M)](
+    _gemv_fast[(ceil_div(N, bn), M)](
         x, packed, scale, zero, bias if bias is not None else scale, y,
-        N, K // 8, G, x.stride(0), _loop_bound(triton.cdiv(G, gpt)), _MAGIC,
+        N, K // 8, G, x.stride(0), _loop_bound(ceil_div(G, gpt)), _MAGIC,
         GROUP=group_size, BLOCK_N=bn, GROUPS_PER_TILE=gpt, EVEN_G=G % gpt == 0,
         HAS_BIAS=bias is not None, NUM_STAGES=config["num_stages"], num_warps=config["num_warps"],
         num_stages=config["num_stages"])
@@ -766,7 +770,7 @@ def _launch_mma(x, packed, scale, zero, bias, y, group_size, config) -> None:
     split = _even_split(k_tiles, config["SPLIT_K"]) if M > _SMALL_MAX_M else 1
     tiles = k_tiles // split
     ws = torch.empty((split, M, N), dtype=torch.float32, device=x.device) if split > 1 else y
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split)
+    grid = (ceil_div(M, bm) * ceil_div(N, bn), split)
     _mma_fast[grid](
         x, packed, scale, zero, bias if bias is not None else scale, y, ws,
         M, N, K // 8, K // group_size, x.stride(0), _loop_bound(tiles),
@@ -776,7 +780,7 @@ def _launch_mma(x, packed, scale, zero, bias, y, group_size, config) -> None:
     if split > 1:
         MN = M * N
         block = 1024
-        _reduce_fast[(triton.cdiv(MN, block),)](
+        _reduce_fast[(ceil_div(MN, block),)](
             ws, bias if bias is not None else ws, y, MN, N, SPLIT_K=split, BLOCK=block,
             HAS_BIAS=bias is not None, num_warps=4)
 
@@ -794,7 +798,7 @@ def dequantize(packed, scale, zero, group_size: int, dtype: torch.dtype, config:
         mode = _MODE_F32
     else:
         mode = _MODE_BF16 if dtype == torch.bfloat16 else _MODE_F16
-    _dequant_fast[(triton.cdiv(N, config["BLOCK_N"]), triton.cdiv(K // 8, bkw))](
+    _dequant_fast[(ceil_div(N, config["BLOCK_N"]), ceil_div(K // 8, bkw))](
         packed, scale, zero, out, N, K // 8, G,
         GROUP=group_size, BLOCK_N=config["BLOCK_N"], BLOCK_KW=bkw, MODE=mode,
         ROUND_BF16=mode == _MODE_F32 and dtype == torch.bfloat16, num_warps=config["num_warps"])

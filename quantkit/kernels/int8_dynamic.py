@@ -69,7 +69,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tuning import get_config
-from quantkit.reference.common import AMAX_EPS
+from quantkit.reference.common import AMAX_EPS, ceil_div
 
 MIN_CAPABILITY = (8, 0)
 FAMILY = "int8_dynamic"
@@ -562,7 +562,7 @@ def default_config(M: int, N: int, K: int) -> dict:
         # >= ~100 programs, so that enough SMs pull the weight: 128 x 128 tiles where there are that
         # many (each x row and weight column is re-read from L2 N / 128 and M / 128 times), 64 x 64
         # tiles for short K, split-K over 128 x 128 tiles for long K (notes: L2 traffic per cell).
-        tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128)
+        tiles = ceil_div(M, 128) * ceil_div(N, 128)
         if tiles >= 96:
             return _two_pass(128, 128, 128, 8, 4)
         if K >= 8192:
@@ -617,7 +617,7 @@ def _quant_rows_into(t: torch.Tensor, q: torch.Tensor, stride_q: int, s: torch.T
     # ~128 programs when there are rows enough.
     block_r = max(1, min(8192 // block_k, triton.next_power_of_2(max(1, R // 128))))
     warps = max(1, min(16, block_r * block_k // 512))
-    _quant_rows_fast[(triton.cdiv(R, block_r),)](
+    _quant_rows_fast[(ceil_div(R, block_r),)](
         t, q, s, s_off, R, _loop_bound(K), t.stride(0), stride_q, EPS=AMAX_EPS, BLOCK_R=block_r, BLOCK_K=block_k,
         SINGLE_PASS=single, LAUNCH_DEPENDENTS=launch_dependents, COMPILED=_COMPILED, num_warps=warps)
 
@@ -655,7 +655,7 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
     row scales start at element ``a_scale_off`` of ``a_scale``; split-K partials (int32 [SPLIT_K, M,
     N]) go at byte ``part_off`` of the int8 tensor ``part``."""
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    tiles = ceil_div(M, bm) * ceil_div(N, bn)
     bias_arg = bias if bias is not None else weight_scale  # never read when HAS_BIAS is False
     common = dict(HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config["GROUP_M"],
                   WAIT_PRIOR=pdl, num_warps=config["num_warps"], num_stages=config["num_stages"],
@@ -663,6 +663,10 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
     if pdl:
         common["launch_pdl"] = True
     mode = config["mode"]
+    if mode == "persistent" and out.element_size() == 4 and bm * bn * config["num_stages"] > 128 * 128 * 4:
+        # The persistent kernel keeps its epilogue tile in shared memory on top of the operand
+        # stages; a float32 output tile of 128x256 with 3 stages needs 272 KB (an H100 has 227 KB).
+        mode = "tma"
     if mode != "pointer":
         tma_ok, sms = _facts(a)
         # host TMA descriptors: 16-byte aligned bases and row strides (the workspace pads K to 16)
@@ -671,8 +675,8 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
             mode = "pointer"
     if mode == "pointer":
         split = config["SPLIT_K"]
-        k_blocks = triton.cdiv(K, bk)
-        k_iters = triton.cdiv(k_blocks, split)
+        k_blocks = ceil_div(K, bk)
+        k_iters = ceil_div(k_blocks, split)
         even_k = K % bk == 0 and k_iters * split == k_blocks
         if split > 1 and part is None:
             part = torch.empty(split * M * N * 4, dtype=torch.int8, device=a.device)
@@ -685,7 +689,7 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
             reduce_opts = dict(num_warps=4, enable_fp_fusion=False)
             if pdl:
                 reduce_opts["launch_pdl"] = True
-            _splitk_reduce_fast[(triton.cdiv(M, rb_m), triton.cdiv(N, rb_n))](
+            _splitk_reduce_fast[(ceil_div(M, rb_m), ceil_div(N, rb_n))](
                 part, part_off, a_scale, a_scale_off, weight_scale, bias_arg, out, M, N, out.stride(0),
                 SPLIT_K=split, HAS_BIAS=bias is not None, BLOCK_M=rb_m, BLOCK_N=rb_n, WAIT_PRIOR=pdl, **reduce_opts)
         return out
@@ -771,7 +775,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
 
     if kind == "gemv":
         # one program column per row of x: meant for M = 1 (any M works, each row re-reads the weight)
-        _gemv_fast[(triton.cdiv(N, bn), M)](
+        _gemv_fast[(ceil_div(N, bn), M)](
             x, weight_q, weight_scale, bias_arg, out, N, _loop_bound(K), x.stride(0), out.stride(0),
             EPS=AMAX_EPS, HAS_BIAS=bias is not None, BLOCK_N=bn, BLOCK_K=bk, AMAX_BLOCK=_amax_block(K, 1),
             STAGES=config["num_stages"], EVEN_K=K % bk == 0, COMPILED=_COMPILED, num_warps=config["num_warps"],
@@ -779,7 +783,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         return out
 
     if kind == "fused":
-        _fused_dot_fast[(triton.cdiv(N, bn), triton.cdiv(M, 16))](
+        _fused_dot_fast[(ceil_div(N, bn), ceil_div(M, 16))](
             x, weight_q, weight_scale, bias_arg, out, M, N, _loop_bound(K), x.stride(0), out.stride(0),
             EPS=AMAX_EPS, HAS_BIAS=bias is not None, BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk,
             AMAX_BLOCK=_amax_block(K, 16), AMAX_STAGES=3, EVEN_K=K % bk == 0, COMPILED=_COMPILED,

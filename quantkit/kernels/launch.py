@@ -47,14 +47,14 @@ _I64_MAX = 2**63 - 1
 def _spec(value):
     """What Triton's specialization of a non-constexpr argument depends on (see module docstring)."""
     if isinstance(value, torch.Tensor):
-        return (value.dtype, value.data_ptr() % 16 == 0)
+        return (value.dtype, value.data_ptr() & 15 == 0)
     if isinstance(value, bool):
         return "u1"
     if isinstance(value, int):
         if value == 1:
             return "one"
         width = "i32" if _I32[0] <= value <= _I32[1] else ("i64" if -_I64_MAX - 1 <= value <= _I64_MAX else "u64")
-        return (width, value % 16 == 0)
+        return (width, value & 15 == 0)
     if isinstance(value, float):
         return "fp32"
     if value is None:
@@ -62,6 +62,23 @@ def _spec(value):
     if TensorDescriptor and isinstance(value, TensorDescriptor):
         return ("desc", value.base.dtype, tuple(value.block_shape), getattr(value, "padding", None))
     raise _Uncacheable(type(value).__name__)
+
+
+def _arg_key(values, is_constexpr) -> tuple:
+    """Constexpr values as they are, other arguments by :func:`_spec` — inlined for tensors and
+    32-bit ints, since this loop is most of the host time of a launch."""
+    key = []
+    append = key.append
+    for value, constexpr in zip(values, is_constexpr):
+        if constexpr:
+            append(value)
+        elif type(value) is torch.Tensor:
+            append((value.dtype, value.data_ptr() & 15 == 0))
+        elif type(value) is int and _I32[0] <= value <= _I32[1]:
+            append("one" if value == 1 else ("i32", value & 15 == 0))
+        else:
+            append(_spec(value))
+    return tuple(key)
 
 
 class CachedKernel:
@@ -100,15 +117,14 @@ class CachedKernel:
         if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls \
                 or os.environ.get("QUANTKIT_TRITON_SLOW_LAUNCH") == "1":
             return self.fn[grid](*args, **kwargs)  # a profiler's hooks want Triton's launch metadata
+        values = self._bind(args, kwargs) if len(args) < len(self._names) else list(args)
         try:
-            values = self._bind(args, kwargs)
-            options = tuple((k, v) for k, v in kwargs.items() if k not in self._name_set)
+            options = tuple((k, v) for k, v in kwargs.items() if k not in self._name_set) if kwargs else ()
             device = torch.cuda.current_device()
-            key = (device, options,
-                   tuple(v if c else _spec(v) for v, c in zip(values, self._is_constexpr)))
-        except _Uncacheable:
+            key = (device, options, _arg_key(values, self._is_constexpr))
+            kernel = self._compiled.get(key)
+        except (_Uncacheable, TypeError):  # an argument type the key does not cover, or unhashable
             return self.fn[grid](*args, **kwargs)
-        kernel = self._compiled.get(key)
         if kernel is None:
             kernel = self.fn[grid](*args, **kwargs)  # compiles (or finds) it through Triton, and launches
             self._compiled[key] = kernel

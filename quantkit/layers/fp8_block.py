@@ -40,7 +40,7 @@ class Fp8BlockLinear(QuantizedLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ops.fp8_block_linear(x, self.weight, self.weight_scale, self.bias, self.block_size, self.scale_fmt,
-                                    layer=self._label)
+                                    layer=self)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return dequantize_weight_fp8_block(self.weight, self.weight_scale, self.block_size, dtype)

@@ -55,7 +55,7 @@ class Int4WeightOnlyLinear(QuantizedLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ops.int4_weight_only_linear(x, self.weight_packed, self.weight_scale, self.weight_zero_point,
-                                           self.bias, self.group_size, self.in_features, layer=self._label)
+                                           self.bias, self.group_size, self.in_features, layer=self)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return dequantize_weight_int4(self.weight_packed, self.weight_scale, self.weight_zero_point,

@@ -43,7 +43,7 @@ class Int8DynamicLinear(_Int8PerChannelLinear):
     _family = "int8_dynamic"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.int8_dynamic_linear(x, self.weight, self.weight_scale, self.bias, layer=self._label)
+        return ops.int8_dynamic_linear(x, self.weight, self.weight_scale, self.bias, layer=self)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + " (int8 weight per channel, int8 activation per token)"
@@ -56,7 +56,7 @@ class Int8WeightOnlyLinear(_Int8PerChannelLinear):
     _family = "int8_weight_only"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.int8_weight_only_linear(x, self.weight, self.weight_scale, self.bias, layer=self._label)
+        return ops.int8_weight_only_linear(x, self.weight, self.weight_scale, self.bias, layer=self)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + " (int8 weight per channel)"

@@ -67,8 +67,22 @@ def _why_not_triton(family: str, device: torch.device, function: str) -> tuple[M
     return module, ""
 
 
+_RESOLVED: dict[tuple[str, str, torch.device], Callable] = {}
+
+
 def resolve(family: str, function: str, device: torch.device) -> Callable:
-    """Return the Triton implementation of ``family.function`` for ``device``, or the reference's."""
+    """Return the Triton implementation of ``family.function`` for ``device``, or the reference's.
+
+    Decided once per (family, function, device) and memoized: this runs on every forward, where a
+    few microseconds of host time per call are what a decode step is short of. So
+    ``QUANTKIT_BACKEND`` is read when a family first runs on a device; set it before that."""
+    impl = _RESOLVED.get((family, function, device))
+    if impl is None:
+        impl = _RESOLVED[(family, function, device)] = _resolve(family, function, device)
+    return impl
+
+
+def _resolve(family: str, function: str, device: torch.device) -> Callable:
     forced = _forced_backend()
     module, reason = (None, "QUANTKIT_BACKEND=reference") if forced == "reference" else \
         _why_not_triton(family, device, function)

@@ -22,17 +22,24 @@ from quantkit.ops.dispatch import resolve
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def _check_input(x: Tensor, weight: Tensor, in_features: int, layer: str) -> None:
-    if x.dim() == 0 or x.shape[-1] != in_features:
-        raise ValueError(f"{layer}: expected input with last dimension {in_features}, got shape {tuple(x.shape)}")
-    if x.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"{layer}: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
-    if x.device != weight.device and not (x.is_meta or weight.is_meta):
-        raise ValueError(f"{layer}: input is on {x.device} but the quantized weight is on {weight.device}; "
+def _check_input(x: Tensor, weight: Tensor, in_features: int, layer) -> None:
+    """Cheap checks on every call; ``layer`` (a label or a module with ``_label``) only for messages."""
+    if x.dtype not in _FLOAT_DTYPES or x.dim() == 0 or x.shape[-1] != in_features or (
+            x.device != weight.device and not (x.is_meta or weight.is_meta)):
+        label = getattr(layer, "_label", layer)
+        if x.dim() == 0 or x.shape[-1] != in_features:
+            raise ValueError(f"{label}: expected input with last dimension {in_features}, got shape {tuple(x.shape)}")
+        if x.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"{label}: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
+        raise ValueError(f"{label}: input is on {x.device} but the quantized weight is on {weight.device}; "
                          f"move the model with model.to({str(x.device)!r})")
 
 
 def _run_2d(impl: Callable, x: Tensor, out_features: int, *args) -> Tensor:
+    if x.dim() == 2 and x.stride(1) == 1:  # the common case: no reshapes at all
+        if x.shape[0] == 0:
+            return x.new_empty(0, out_features)
+        return impl(x, *args)
     x2 = x.reshape(-1, x.shape[-1])
     if x2.shape[0] == 0:
         return x.new_empty(*x.shape[:-1], out_features)
@@ -79,7 +86,7 @@ _register(_fp8_block_linear_op, "Fp8BlockLinear")
 
 def fp8_block_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                      block_size: int = 128, scale_fmt: Optional[str] = None,
-                     layer: str = "Fp8BlockLinear") -> Tensor:
+                     layer="Fp8BlockLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
     if _use_op(x):
         return _fp8_block_linear_op(x, weight, weight_scale, bias, block_size, scale_fmt or "")
@@ -103,7 +110,7 @@ _register(_int8_dynamic_linear_op, "Int8DynamicLinear")
 
 
 def int8_dynamic_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
-                        layer: str = "Int8DynamicLinear") -> Tensor:
+                        layer="Int8DynamicLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
     if _use_op(x):
         return _int8_dynamic_linear_op(x, weight, weight_scale, bias)
@@ -127,7 +134,7 @@ _register(_int8_weight_only_linear_op, "Int8WeightOnlyLinear")
 
 
 def int8_weight_only_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
-                            layer: str = "Int8WeightOnlyLinear") -> Tensor:
+                            layer="Int8WeightOnlyLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
     if _use_op(x):
         return _int8_weight_only_linear_op(x, weight, weight_scale, bias)
@@ -153,7 +160,7 @@ _register(_int4_weight_only_linear_op, "Int4WeightOnlyLinear")
 
 def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tensor, weight_zero_point: Tensor,
                             bias: Optional[Tensor], group_size: int, in_features: int,
-                            layer: str = "Int4WeightOnlyLinear") -> Tensor:
+                            layer="Int4WeightOnlyLinear") -> Tensor:
     _check_input(x, weight_packed, in_features, layer)
     if _use_op(x):
         return _int4_weight_only_linear_op(x, weight_packed, weight_scale, weight_zero_point, bias, group_size)

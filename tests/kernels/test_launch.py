@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from quantkit.kernels.launch import _spec
+from quantkit.kernels.launch import _arg_key, _spec
 
 triton = pytest.importorskip("triton")
 tl = triton.language
@@ -20,9 +20,11 @@ def test_spec_separates_what_triton_specializes_on():
         for b in values:
             if type(a) is not type(b):
                 continue
-            if _spec(a) == _spec(b):
-                assert native_specialize_impl(BaseBackend, a, False, True, True) == \
-                    native_specialize_impl(BaseBackend, b, False, True, True), (a, b)
+            same_native = native_specialize_impl(BaseBackend, a, False, True, True) == \
+                native_specialize_impl(BaseBackend, b, False, True, True)
+            if _spec(a) == _spec(b) or _arg_key([a], [False]) == _arg_key([b], [False]):
+                assert same_native, (a, b)
+            assert _arg_key([a], [False]) == (_spec(a),)  # the inlined key is _spec's
 
 
 @pytest.mark.gpu
