@@ -90,6 +90,7 @@ import triton.language as tl
 
 from quantkit.kernels import tuning
 from quantkit.kernels.launch import cached
+from quantkit.reference.common import ceil_div  # not triton.cdiv: ~4 µs of host time a call
 
 MIN_CAPABILITY = (8, 0)
 FAMILY = "int8_weight_only"
@@ -383,10 +384,6 @@ def _mma_ss_config(block_m: int, block_n: int, block_k: int, warps: int, stages:
             "num_warps": warps, "num_stages": stages}
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)  # triton.cdiv costs ~4 µs of host time per call (a decorated function)
-
-
 def _pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
@@ -394,7 +391,7 @@ def _pow2_at_least(v: int) -> int:
 def _split_plan(k: int, block_k: int, split: int) -> tuple[int, int]:
     """(iterations per split, number of splits): the largest split count ≤ ``split`` that divides
     the K iterations evenly, so every program runs the same trip count and none is empty."""
-    iters = _cdiv(k, block_k)
+    iters = ceil_div(k, block_k)
     split = max(1, min(int(split), iters))
     while iters % split:
         split -= 1
@@ -414,7 +411,7 @@ def _split_for(programs: int, iters: int, target: int, min_iters: int) -> int:
 def _stream_block_n(N: int) -> int:
     """32 weight rows per program when that still gives ≥ 2 programs per SM (x, re-read from L2 by
     every program, then costs no more than the weight), else 16."""
-    return 32 if _cdiv(N, 32) >= 2 * _NUM_SMS_H100 else 16
+    return 32 if ceil_div(N, 32) >= 2 * _NUM_SMS_H100 else 16
 
 
 def default_config(M: int, N: int, K: int) -> dict:
@@ -426,7 +423,7 @@ def default_config(M: int, N: int, K: int) -> dict:
         return _stream_config(block_n, 512 if block_n == 16 else 256, 4, 4)
     if M <= 64:
         block_m = max(16, _pow2_at_least(M))
-        split = _split_for(_cdiv(N, 64), _cdiv(K, 128), 2 * _NUM_SMS_H100, 4)
+        split = _split_for(ceil_div(N, 64), ceil_div(K, 128), 2 * _NUM_SMS_H100, 4)
         return _mma_config(64, block_m, 128, 4, 4, split)
     if M <= 256:
         return _mma_config(64, 128, 128, 4, 4)
@@ -457,7 +454,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         ]
     elif M <= 64:
         bm = max(16, _pow2_at_least(M))
-        s64 = _split_for(_cdiv(N, 64), _cdiv(K, 128), 2 * _NUM_SMS_H100, 4)
+        s64 = _split_for(ceil_div(N, 64), ceil_div(K, 128), 2 * _NUM_SMS_H100, 4)
         cands = [
             _mma_config(64, bm, 128, 4, 4, s64),
             _mma_config(64, bm, 128, 4, 4, 2 * s64),
@@ -465,7 +462,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         ]
     elif M <= 256:
         def s(bn: int, bm: int, bk: int) -> int:
-            return _split_for(_cdiv(N, bn) * _cdiv(M, bm), _cdiv(K, bk), _NUM_SMS_H100, 8)
+            return _split_for(ceil_div(N, bn) * ceil_div(M, bm), ceil_div(K, bk), _NUM_SMS_H100, 8)
 
         cands = [
             _mma_config(64, 128, 128, 4, 4),
@@ -571,16 +568,16 @@ def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
     bias_arg = bias if bias is not None else weight_scale  # never read without HAS_BIAS
     if kind == "gemv":
         block_n, block_k = int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
-        iters = _cdiv(K, block_k)
-        return [(_gemv_fast, (M * _cdiv(N, block_n),),
+        iters = ceil_div(K, block_k)
+        return [(_gemv_fast, (M * ceil_div(N, block_n),),
                  (x, weight_q, weight_scale, bias_arg, out, M, N, K, x.stride(0), weight_q.stride(0), iters),
                  dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, EVEN_K=K % block_k == 0,
                       BLOCK_N=block_n, BLOCK_K=block_k, STAGES=int(cfg.get("num_stages", 1)),
                       num_warps=int(cfg["num_warps"]), num_stages=1))]
     if kind == "stream":
         block_n, block_m, block_k, warps, stages = _stream_tiles(cfg, x, K)
-        iters = _cdiv(K, block_k)
-        return [(_stream_fast, (_cdiv(N, block_n) * _cdiv(M, block_m),),
+        iters = ceil_div(K, block_k)
+        return [(_stream_fast, (ceil_div(N, block_n) * ceil_div(M, block_m),),
                  (x, weight_q, weight_scale, bias_arg, out, M, N, K, x.stride(0), weight_q.stride(0), iters),
                  dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, EVEN_K=K % block_k == 0,
                       X_BCAST=M == 1, DOT_DTYPE=_dot_dtype(x), TF32X3=x.dtype == torch.float32,
@@ -594,22 +591,22 @@ def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
         iters, splits = _split_plan(K, block_k, cfg.get("SPLIT_K", 1))
         # The one exception to "nothing but the output": a float32 split-K workspace (module docstring).
         part = out if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=out.device)
-        plan = [(_mma_fast, (_cdiv(N, block_n) * _cdiv(M, block_m), splits),
+        plan = [(_mma_fast, (ceil_div(N, block_n) * ceil_div(M, block_m), splits),
                  (x, weight_q, weight_scale, bias_arg, part, M, N, K, x.stride(0), weight_q.stride(0), iters),
                  dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, PARTIAL=splits > 1,
                       EVEN_K=K % block_k == 0, DOT_DTYPE=_dot_dtype(x), TF32X3=x.dtype == torch.float32,
                       BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, GROUP_N=int(cfg.get("GROUP_N", 8)),
                       num_warps=warps, num_stages=stages))]
         if splits > 1:
-            plan.append((_splitk_epilogue_fast, (M, _cdiv(N, _EPILOGUE_BLOCK)),
+            plan.append((_splitk_epilogue_fast, (M, ceil_div(N, _EPILOGUE_BLOCK)),
                          (part, weight_scale, bias_arg, out, M, N, splits),
                          dict(LOOP_TRIPS=splits if _INTERPRETED else 0, HAS_BIAS=bias is not None,
                               BLOCK=_EPILOGUE_BLOCK, num_warps=4)))
         return plan
     if kind == "mma_ss":
         block_m, block_n, block_k, warps, stages = _mma_ss_tiles(cfg, x, K)
-        iters = _cdiv(K, block_k)
-        return [(_mma_ss_fast, (_cdiv(M, block_m) * _cdiv(N, block_n),),
+        iters = ceil_div(K, block_k)
+        return [(_mma_ss_fast, (ceil_div(M, block_m) * ceil_div(N, block_n),),
                  (x, weight_q, weight_scale, bias_arg, out, M, N, K, x.stride(0), weight_q.stride(0), iters),
                  dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, EVEN_K=K % block_k == 0,
                       DOT_DTYPE=_dot_dtype(x), TF32X3=x.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n,
