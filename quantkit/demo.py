@@ -57,11 +57,11 @@ def default_model_dir() -> Path:
 
 def embed(model, batch) -> torch.Tensor:
     """Mean-pooled, L2-normalized sentence embeddings (what sentence-transformers computes)."""
+    from quantkit.accuracy.compare import sentence_embedding
+
     with torch.inference_mode():
-        hidden = model(**batch).last_hidden_state.float()
-    mask = batch["attention_mask"].unsqueeze(-1).float()
-    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
-    return torch.nn.functional.normalize(pooled, dim=-1)
+        hidden = model(**batch).last_hidden_state
+    return sentence_embedding(hidden, batch["attention_mask"])
 
 
 def time_forward(model, batch, repeats: int) -> float:

@@ -156,13 +156,19 @@ def _first_tensor(out: Any) -> torch.Tensor | None:
     return None
 
 
+def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hidden`` [batch, tokens, features] over the attention mask, L2-normalized, in float32
+    (what sentence-transformers computes for all-MiniLM-L6-v2)."""
+    mask = attention_mask.unsqueeze(-1).float()
+    pooled = (hidden.float() * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
 def _output_tensor(out: Any, kind: str, item: Any) -> torch.Tensor:
     """The rows to compare, float32 [rows, features]."""
     if kind == EMBEDDING:
         hidden = out["last_hidden_state"] if isinstance(out, Mapping) else out[0]
-        mask = item["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1).float() / mask.sum(1).float().clamp_min(1e-9)
-        return torch.nn.functional.normalize(pooled, dim=-1)
+        return sentence_embedding(hidden, item["attention_mask"])
     tensor = _first_tensor(out)
     if tensor is None:
         raise ValueError(f"the model's output ({type(out).__name__}) holds no tensor to compare")

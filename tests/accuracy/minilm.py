@@ -43,11 +43,11 @@ def tokenize(tokenizer, sentences, device="cpu") -> dict:
 
 def embed(model, batch) -> torch.Tensor:
     """Mean pooling over the attention mask, then L2 normalization (what sentence-transformers does)."""
+    from quantkit.accuracy.compare import sentence_embedding
+
     with torch.no_grad():
-        hidden = model(**batch).last_hidden_state.float()
-    mask = batch["attention_mask"].unsqueeze(-1).float()
-    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1e-9)
-    return torch.nn.functional.normalize(pooled, dim=-1)
+        hidden = model(**batch).last_hidden_state
+    return sentence_embedding(hidden, batch["attention_mask"])
 
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -42,10 +42,10 @@ def minilm():
 
 
 def _embed(model, batch):
+    from quantkit.accuracy.compare import sentence_embedding
+
     with torch.no_grad():
-        out = model(**batch).last_hidden_state
-    mask = batch["attention_mask"][..., None].float()
-    return torch.nn.functional.normalize((out * mask).sum(1) / mask.sum(1), dim=-1)
+        return sentence_embedding(model(**batch).last_hidden_state, batch["attention_mask"])
 
 
 @pytest.mark.parametrize("name", list(COSINE_FLOOR))
