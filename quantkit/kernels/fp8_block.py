@@ -517,6 +517,7 @@ _CONFIG_KEYS = {
     "gemv": ("BLOCK_W", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"),
     "swap": ("BLOCK_W", "BLOCK_X", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"),
     "tiled": ("BLOCK_M", "BLOCK_N", "GROUP_M", "tma", "fuse_act_quant", "num_warps", "num_stages"),
+    "cublas": ("fuse_act_quant",),
 }
 
 
@@ -535,6 +536,13 @@ def _tiled(bm, bn, warps, stages, tma, group_m=8) -> dict:
             "fuse_act_quant": False, "num_warps": warps, "num_stages": stages}
 
 
+def _cublas() -> dict:
+    """The activation quantization kernel, then cuBLAS's block-scaled fp8 GEMM (``torch._scaled_mm``
+    with 1×128 / 128×128 scales: sm_90 and newer, torch ≥ 2.9). A sweep candidate for M > 16, picked
+    where it measures faster; where cuBLAS refuses a problem the Triton GEMM runs instead."""
+    return {"kernel": "cublas", "fuse_act_quant": False}
+
+
 def _pow2(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
 
@@ -547,6 +555,10 @@ def _check_config(config: dict, block_size: int) -> None:
     for key in keys:
         if key not in config:
             raise ValueError(f"fp8_block {kind} config is missing {key!r}: {config!r}")
+    if kind == "cublas":
+        if config["fuse_act_quant"]:
+            raise ValueError(f"the cublas GEMM reads quantized activations (fuse_act_quant=False): {config!r}")
+        return
     stages = config["num_stages"]
     if not _pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"fp8_block config needs num_warps a power of two and num_stages ≥ 1: {config!r}")
@@ -588,9 +600,10 @@ _DECODE_1 = [_swap(64, 1, 2, 4, 5, True), _swap(64, 1, 1, 4, 6, True), _swap(32,
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _swap(64, 16, 1, 4, 6, True), _swap(64, 16, 2, 8, 4, True),
               _swap(32, 16, 1, 4, 8, True), _swap(128, 16, 1, 8, 4, True), _swap(128, 16, 2, 4, 3, True)]
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 128, 1, 4, 4, False), _swap(64, 64, 1, 4, 4, False),
-        _tiled(64, 128, 4, 4, False)]
+        _tiled(64, 128, 4, 4, False), _cublas()]
 _LARGE = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 128, 8, 4, False),
-          _tiled(64, 128, 4, 4, True), _tiled(64, 128, 4, 3, False), _tiled(128, 128, 8, 4, True, group_m=16)]
+          _tiled(64, 128, 4, 4, True), _tiled(64, 128, 4, 3, False), _tiled(128, 128, 8, 4, True, group_m=16),
+          _cublas()]
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
@@ -694,6 +707,8 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     _check_config(config, block_size)
     if config["kernel"] == "gemv":  # it quantizes x itself; the same weight tiling through the MMA kernel
         config = _swap(config["BLOCK_W"], 1, config["GROUPS"], config["num_warps"], 4, False)
+    if config["kernel"] == "cublas":  # a choice for linear(), whose scales are laid out as cuBLAS wants
+        config = _NOT_FUSED_FALLBACK if m <= 256 else default_config(m, n, k)
     return _run_gemm(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias, y,
                      block_size, config, False, False)
 
@@ -717,16 +732,49 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         config = _tuned_config(x, m, n, k, functools.partial(_bench_config, x, weight_q, weight_scale, bias,
                                                           block_size, scale_fmt))
     _check_config(config, block_size)
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
-        return y
+        return torch.empty(m, n, dtype=x.dtype, device=x.device)
+    if config["kernel"] == "cublas" and not _cublas_usable(x, m, n, k, bias, block_size):
+        config = default_config(m, n, k)
     if config["fuse_act_quant"]:
+        y = torch.empty(m, n, dtype=x.dtype, device=x.device)
         return _run_gemm(x, None, 0, 0, weight_q, weight_scale, bias, y, block_size, config, True, ue8m0)
-    # Scales K-major ([ceil(K/b), M]): the GEMMs read one K block's scales for a row tile coalesced.
+    # Scales K-major ([ceil(K/b), M]): the GEMMs read one K block's scales for a row tile coalesced
+    # (and this is the layout cuBLAS asks for: x_s.t() is [M, K/b] with M-major strides).
     x_q = torch.empty(m, k, dtype=FP8_DTYPE, device=x.device)
     x_s = torch.empty(ceil_div(k, block_size), m, dtype=torch.float32, device=x.device)
     _launch_act_quant(x, x_q, x_s, 1, m, block_size, ue8m0)
+    if config["kernel"] == "cublas":
+        y = _try_cublas(x_q, x_s, weight_q, weight_scale, bias, x.dtype)
+        if y is not None:
+            return y
+        config = _NOT_FUSED_FALLBACK if default_config(m, n, k)["fuse_act_quant"] else default_config(m, n, k)
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0)
+
+
+def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, out_dtype):
+    """cuBLAS's block-scaled GEMM on operands quantized here, or None where cuBLAS refuses the problem
+    (CUBLAS_STATUS_NOT_SUPPORTED, e.g. M not a multiple of 4 on cuBLAS 13.0: then remembered)."""
+    try:
+        return torch._scaled_mm(x_q, weight_q.t(), x_s.t(), weight_scale.t(), bias=bias, out_dtype=out_dtype)
+    except RuntimeError:
+        _CUBLAS_REFUSED.add((x_q.shape[0], weight_q.shape[0], x_q.shape[1], out_dtype))
+        return None
+
+
+_NOT_FUSED_FALLBACK = _swap(64, 64, 1, 4, 4, False)
+
+# Problems cuBLAS refused once (by (M, N, K, dtype)): not asked again.
+_CUBLAS_REFUSED: set = set()
+
+
+def _cublas_usable(x, m, n, k, bias, block_size) -> bool:
+    """Whether the ``cublas`` config can run here; it needs a CUDA x, 128-blocks, 16-aligned N and K
+    (cuBLAS's operand alignment), and a bias cuBLAS fuses (same dtype as the output, not float32)."""
+    return (x.is_cuda and block_size == 128 and n % 16 == 0 and k % 16 == 0 and hasattr(torch, "_scaled_mm")
+            and (bias is None or (bias.dtype == x.dtype and x.dtype != torch.float32))
+            and (m, n, k, x.dtype) not in _CUBLAS_REFUSED)
 
 
 def _bench_config(x, weight_q, weight_scale, bias, block_size, scale_fmt, config) -> float:

@@ -23,6 +23,8 @@ import os
 
 import torch
 
+from quantkit.kernels.plan import note_launch, note_unplannable
+
 try:
     import triton
     from triton.runtime.jit import JITFunction
@@ -98,6 +100,7 @@ class CachedKernel:
 
     def __getitem__(self, grid):
         if not self._fast or callable(grid):
+            note_unplannable("a launch with a callable grid or under the interpreter")
             return self.fn[grid]
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
 
@@ -116,6 +119,7 @@ class CachedKernel:
         hooks = triton.knobs.runtime
         if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls \
                 or os.environ.get("QUANTKIT_TRITON_SLOW_LAUNCH") == "1":
+            note_unplannable("a Triton launch hook is installed")
             return self.fn[grid](*args, **kwargs)  # a profiler's hooks want Triton's launch metadata
         values = self._bind(args, kwargs) if len(args) < len(self._names) else list(args)
         try:
@@ -124,11 +128,14 @@ class CachedKernel:
             key = (device, options, _arg_key(values, self._is_constexpr))
             kernel = self._compiled.get(key)
         except (_Uncacheable, TypeError):  # an argument type the key does not cover, or unhashable
+            note_unplannable(f"{self.fn.__name__} has an argument the launch cache does not key")
             return self.fn[grid](*args, **kwargs)
         if kernel is None:
             kernel = self.fn[grid](*args, **kwargs)  # compiles (or finds) it through Triton, and launches
             self._compiled[key] = kernel
+            note_launch(kernel, grid, values)
             return kernel
+        note_launch(kernel, grid, values)
         n = len(grid)
         # The same call Triton's JITFunction.run ends with; no hooks are installed (checked above).
         kernel.run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1,

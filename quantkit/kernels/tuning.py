@@ -124,8 +124,6 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
     """Time every candidate config of ``family`` on this GPU; return {key: {"config", "ms", "default_ms"}}."""
     import importlib
 
-    import triton.testing
-
     module = importlib.import_module(f"quantkit.kernels.{family}")
     results: dict[str, Any] = {}
     for n, k in shapes:
@@ -134,9 +132,7 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
             x = torch.randn(m, k, device="cuda", dtype=dtype)
 
             def bench(config, x=x, buffers=buffers):
-                fn = lambda: module.linear(x, *buffers, config=config)  # noqa: E731
-                fn()
-                return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+                return gpu_time_ms(lambda: module.linear(x, *buffers, config=config))
 
             timings = []
             for config in module.candidate_configs(m, n, k):
@@ -162,6 +158,30 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
                 print(f"{family} M={m} N={n} K={k}: best {best_ms * 1e3:.1f} us {best} "
                       f"(default {default_ms * 1e3:.1f} us, {len(timings)} candidates)", flush=True)
     return results
+
+
+def gpu_time_ms(fn) -> float:
+    """Median GPU time of ``fn`` (do_bench, L2 flushed) replayed from a CUDA graph, so the sweep ranks
+    configs by what the GPU does: eager timings of a short layer measure the host when it is slower
+    than the GPU (tens of µs per launch on the hosts we measured), which would rank configs by their
+    Python. Eager when ``fn`` cannot be captured."""
+    import triton.testing
+
+    fn()
+    torch.cuda.synchronize()
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()  # warm the caching allocator on the side stream, as capture requires
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception:  # noqa: BLE001 - not capturable: time it eagerly
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+    return triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median")
 
 
 def best_configs(sweep_file: str | os.PathLike) -> tuple[str, dict[str, dict[str, dict]]]:

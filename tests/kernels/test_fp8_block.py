@@ -483,3 +483,37 @@ def test_layer_in_cuda_graph_gpu():
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(static_y, model(fresh)), f"graph replay differs from eager at M={m}"
+
+
+# --------------------------------------------------------------------------- cuBLAS GEMM config
+def test_cublas_config_falls_back_to_triton_off_cuda(kernel_device):
+    """Where cuBLAS cannot run (here: the interpreter's CPU tensors) the config still computes the layer."""
+    if kernel_device == "cuda":
+        pytest.skip("the CPU path of the config")
+    torch.manual_seed(11)
+    x, _, weight_q, weight_scale, b = make_problem(20, 64, 256, torch.float32, True, kernel_device)
+    check_linear(x, weight_q, weight_scale, b, "cublas config on CPU", config=fk._cublas())
+    x_q, x_s = fk.quantize_act(x)
+    y = fk.gemm(x_q, x_s, weight_q, weight_scale, b, torch.float32, config=fk._cublas())
+    ref, abs32 = reference32(x_q, x_s, weight_q, weight_scale, b)
+    assert_gemm_close(y, ref, abs32, "gemm with the cublas config")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_cublas_config_gpu(dtype):
+    """cuBLAS's block-scaled GEMM after our quantization: within the same bound as the Triton GEMMs at
+    every M (where cuBLAS refuses a problem — M not a multiple of 4 — or the bias, Triton runs), and
+    capturable in a CUDA graph."""
+    torch.manual_seed(12)
+    for m in (17, 20, 128, 300, 1024):
+        for bias in (False, True):
+            x, _, weight_q, weight_scale, b = make_problem(m, 1024, 2048, dtype, bias, "cuda")
+            check_linear(x, weight_q, weight_scale, b, f"cublas {dtype} M={m} bias={bias}", config=fk._cublas())
+    x, _, weight_q, weight_scale, b = make_problem(256, 4096, 4096, dtype, False, "cuda")
+    y = fk.linear(x, weight_q, weight_scale, config=fk._cublas())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y_graph = fk.linear(x, weight_q, weight_scale, config=fk._cublas())
+    g.replay()
+    torch.testing.assert_close(y_graph, y, rtol=0, atol=0)

@@ -1,0 +1,317 @@
+"""Launch plans: replay the launches of a quantized forward without re-deriving them.
+
+On a decode step the GPU work of a quantized linear is 10–40 µs, and the Python that decides it —
+argument checks, the config lookup, grid and stride arithmetic, Triton's specialization key and
+launcher — costs 30–80 µs per call on the H100 hosts we measure on (``scripts/host_breakdown.py``),
+so an eager forward waits for the CPU. Yet for a given layer and input layout that Python computes
+the same launches every time: only the addresses of ``x``, the output and the scratch buffers change.
+
+:func:`planned` wraps a kernel family's ``linear(x, *buffers)``. The first call for a key (shape,
+strides, dtype and 16-byte alignment of ``x``; address, shape, dtype and strides of every buffer; the
+other arguments) runs normally (it may autotune); the second is *recorded*: every launch made
+through :mod:`quantkit.kernels.launch` is captured with its compiled kernel, grid and arguments, and
+every PyTorch op is watched by a dispatch mode. Later calls *replay*: allocate what the recorded call
+allocated, call each compiled kernel's launcher directly with the new addresses, and re-issue the
+recorded cuBLAS calls (``_scaled_mm``, ``mm``, ``addmm``) on the same views of the new buffers.
+
+A call is only planned when everything it did was allocations, views, launches through
+``launch.cached`` and those cuBLAS calls, it returned one of the tensors it created, and no Triton
+launch hook (a profiler) was installed; otherwise it always runs normally. Why a replay is exact:
+the launches depend on the key's contents only — shapes, strides and dtypes fix every grid, integer
+argument and config (the tuned-config memo never changes an entry once made), and the alignment of
+every address that Triton specializes on is either in the key (``x``, the buffers) or that of a fresh
+caching-allocator block (512-byte aligned, at the recorded offsets). ``QUANTKIT_LAUNCH_PLANS=0``
+turns plans off.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_MAX_PLANS = 1024  # per wrapped function; on overflow the cache starts over
+_state = threading.local()
+
+# What a plannable call may do besides launching Triton kernels: allocate (replayed), take views
+# (which change no data) and call cuBLAS through these functional ops (re-issued).
+_ALLOC_OPS = {"aten::empty.memory_format", "aten::empty_strided"}
+_VIEW_OPS = {"aten::view", "aten::view.dtype", "aten::_unsafe_view", "aten::slice.Tensor", "aten::select.int",
+             "aten::t", "aten::transpose.int", "aten::permute", "aten::as_strided", "aten::unsqueeze",
+             "aten::squeeze.dim", "aten::alias", "aten::detach", "aten::expand", "aten::reshape",
+             "aten::narrow", "aten::_reshape_alias"}
+_REPLAYED_OPS = {"aten::_scaled_mm", "aten::mm", "aten::addmm"}
+
+
+def note_launch(kernel, grid, values) -> None:
+    """Called by ``launch.CachedKernel`` for every launch; records it while a plan is being recorded."""
+    rec = getattr(_state, "recording", None)
+    if rec is not None:
+        rec.steps.append(("launch", kernel, tuple(grid) + (1,) * (3 - len(grid)), list(values)))
+
+
+def note_unplannable(reason: str) -> None:
+    """A launch the recorder cannot replay (a profiler hook, an argument the launch cache does not key)."""
+    rec = getattr(_state, "recording", None)
+    if rec is not None and rec.unplannable is None:
+        rec.unplannable = reason
+
+
+def _op_name(func) -> str:
+    overload = func._overloadname
+    return func._schema.name + ("" if overload == "default" else "." + overload)
+
+
+class _Recording(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.steps: list = []
+        self.unplannable: str | None = None
+        self.allocations: list[torch.Tensor] = []  # tensors created by empty/empty_strided, in order
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = _op_name(func)
+        if name in _ALLOC_OPS:
+            self.allocations.append(out)
+        elif name in _REPLAYED_OPS:
+            self.steps.append(("op", func, args, kwargs, out))
+        elif name not in _VIEW_OPS and self.unplannable is None:
+            self.unplannable = f"runs {name}"
+        return out
+
+
+class _Ptr:
+    """An address where Triton's host tensor descriptor wants a tensor (it only calls data_ptr())."""
+    __slots__ = ("_ptr",)
+
+    def __init__(self, ptr: int):
+        self._ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+
+class _HostDesc:
+    """The fields of ``triton.tools.tensor_descriptor.TensorDescriptor`` that Triton's launcher reads."""
+    __slots__ = ("base", "shape", "strides", "block_shape", "padding")
+
+    def __init__(self, base, shape, strides, block_shape, padding):
+        self.base, self.shape, self.strides, self.block_shape, self.padding = base, shape, strides, block_shape, padding
+
+
+def _current_stream() -> int:
+    return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+
+
+class _TensorArg:
+    """An op's tensor argument at replay: a view of root ``index`` (``from_root``) or of the call's
+    ``index``-th argument; ``offset`` None means the base tensor itself, else ``as_strided`` at that
+    element offset from it."""
+    __slots__ = ("from_root", "index", "size", "stride", "offset")
+
+    def __init__(self, from_root, index, size=None, stride=None, offset=None):
+        self.from_root, self.index, self.size, self.stride, self.offset = from_root, index, size, stride, offset
+
+    def get(self, roots, args) -> torch.Tensor:
+        base = roots[self.index] if self.from_root else args[self.index]
+        if self.offset is None:
+            return base
+        return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
+
+
+class Plan:
+    """The recorded steps of one call, ready to replay on new buffers.
+
+    Roots (the tensors addresses are taken from): ``x``; the call's allocations, re-made in order;
+    the outputs of the cuBLAS ops, made by their steps. Layer buffers enter launches as the integer
+    addresses the key holds, and ops as views of the buffers passed to the call."""
+
+    def __init__(self, allocations, out_root, steps, keep_alive):
+        self.allocations = allocations  # [(size, stride, dtype)]
+        self.out_root = out_root
+        self.steps = steps
+        self.keep_alive = keep_alive
+
+    def replay(self, x: torch.Tensor, args) -> torch.Tensor:
+        device = x.device
+        roots = [x]
+        for size, stride, dtype in self.allocations:
+            roots.append(torch.empty_strided(size, stride, dtype=dtype, device=device))
+        bases = [t.data_ptr() for t in roots]
+        stream = None
+        for step in self.steps:
+            if step[0] == "launch":
+                _, call, prefix, template, slots, descs = step
+                args_ = template.copy()
+                for pos, root, offset in slots:
+                    args_[pos] = bases[root] + offset
+                for pos, root, offset, shape, strides, block_shape, padding in descs:
+                    args_[pos] = _HostDesc(_Ptr(bases[root] + offset), shape, strides, block_shape, padding)
+                if stream is None:
+                    stream = _current_stream()
+                call(prefix[0], prefix[1], prefix[2], stream, *prefix[3:], *args_)
+            else:
+                _, func, arg_specs, kwargs = step
+                op_args = [a.get(roots, args) if type(a) is _TensorArg else a for a in arg_specs]
+                out = func(*op_args, **kwargs)
+                roots.append(out)
+                bases.append(out.data_ptr())
+        return roots[self.out_root]
+
+
+class _Unplannable(Exception):
+    pass
+
+
+def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
+    if rec.unplannable:
+        return rec.unplannable
+    if not rec.steps:
+        return "nothing launched"
+    roots: list[torch.Tensor] = [x] + rec.allocations + [s[4] for s in rec.steps if s[0] == "op"]
+    by_storage = {}
+    for i, t in enumerate(roots):
+        by_storage.setdefault(t.untyped_storage().data_ptr(), i)
+    declared = {a.untyped_storage().data_ptr(): i for i, a in enumerate(args) if isinstance(a, torch.Tensor)}
+    keep_alive: list[torch.Tensor] = []
+
+    def address(t: torch.Tensor):
+        """(root index, byte offset from the root's address), or (None, address) for a fixed buffer."""
+        root = by_storage.get(t.untyped_storage().data_ptr())
+        if root is None:
+            if t.untyped_storage().data_ptr() not in declared:
+                keep_alive.append(t)  # e.g. a module-level constant: its address is baked in
+            return None, t.data_ptr()
+        return root, t.data_ptr() - roots[root].data_ptr()
+
+    def tensor_spec(t: torch.Tensor):
+        """How to rebuild the op argument ``t`` at replay: a view of a root or of a declared buffer."""
+        storage = t.untyped_storage().data_ptr()
+        root = by_storage.get(storage)
+        if root is not None:
+            from_root, index, base = True, root, roots[root]
+        elif storage in declared:
+            from_root, index = False, declared[storage]
+            base = args[index]
+        else:
+            keep_alive.append(t)
+            return t
+        if t.dtype != base.dtype:
+            raise _Unplannable("an op reads a buffer through another dtype")
+        if t.shape == base.shape and t.stride() == base.stride() and t.data_ptr() == base.data_ptr():
+            return _TensorArg(from_root, index)
+        return _TensorArg(from_root, index, tuple(t.shape), tuple(t.stride()),
+                          (t.data_ptr() - base.data_ptr()) // t.element_size())
+
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # pragma: no cover - older triton
+        TensorDescriptor = ()
+    steps = []
+    try:
+        for step in rec.steps:
+            if step[0] == "op":
+                _, func, op_args, kwargs, _ = step
+                if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+                    raise _Unplannable("an op takes tensor keyword arguments")
+                specs = [tensor_spec(a) if isinstance(a, torch.Tensor) else a for a in op_args]
+                steps.append(("op", func, specs, dict(kwargs)))
+                continue
+            _, kernel, grid, values = step
+            launcher = kernel.run
+            direct = getattr(launcher, "launch", None)
+            if direct is not None and getattr(launcher, "global_scratch_size", 1) == 0 \
+                    and getattr(launcher, "profile_scratch_size", 1) == 0:
+                # CudaLauncher.__call__ minus its per-call Python (there is no scratch to allocate):
+                # launch(grid, stream, function, cooperative, pdl, scratch, profile scratch, metadata, hooks)
+                call = direct
+                after_stream = (kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None,
+                                None, kernel.packed_metadata, None, None, None)
+            else:  # the launcher's own __call__ (the same call launch.CachedKernel makes)
+                call = launcher
+                after_stream = (kernel.function, kernel.packed_metadata, None, None, None)
+            template, slots, descs = [], [], []
+            for pos, value in enumerate(values):
+                if isinstance(value, torch.Tensor):
+                    root, offset = address(value)
+                    template.append(offset if root is None else None)
+                    if root is not None:
+                        slots.append((pos, root, offset))
+                elif TensorDescriptor and isinstance(value, TensorDescriptor):
+                    root, offset = address(value.base)
+                    fields = (list(value.shape), list(value.strides), list(value.block_shape),
+                              getattr(value, "padding", "zero"))
+                    if root is None:  # a layer buffer's: fixed address, no reference kept
+                        template.append(_HostDesc(_Ptr(offset), *fields))
+                    else:
+                        template.append(None)
+                        descs.append((pos, root, offset) + fields)
+                else:
+                    template.append(value)
+            steps.append(("launch", call, tuple(grid) + after_stream, template, slots, descs))
+    except _Unplannable as exc:
+        return str(exc)
+    out_root = next((i for i, t in enumerate(roots) if i > 0 and isinstance(y, torch.Tensor)
+                     and t.data_ptr() == y.data_ptr() and t.shape == y.shape and t.stride() == y.stride()
+                     and t.dtype == y.dtype), None)
+    if out_root is None:
+        return "the output is not a tensor the call created"
+    allocations = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in rec.allocations]
+    return Plan(allocations, out_root, steps, keep_alive)
+
+
+def _record(fn: Callable, x: torch.Tensor, args) -> tuple[torch.Tensor, Plan | str]:
+    rec = _Recording()
+    _state.recording = rec
+    try:
+        with rec:
+            y = fn(x, *args)
+    finally:
+        _state.recording = None
+    return y, _build(rec, x, y, args)
+
+
+def _enabled() -> bool:
+    return os.environ.get("QUANTKIT_LAUNCH_PLANS", "1") != "0" and os.environ.get("TRITON_INTERPRET", "0") != "1"
+
+
+def planned(fn: Callable) -> Callable:
+    """Wrap a kernel family's ``linear(x, *buffers)`` with launch plans (see the module docstring).
+
+    Calls with keyword arguments (``config=`` ...) or a CPU ``x`` always run ``fn`` itself. The
+    wrapper's ``plans`` maps each key to its :class:`Plan`, or to the reason it is not planned."""
+    plans: dict[tuple, Plan | str] = {}
+    seen: set[tuple] = set()
+    enabled = _enabled()
+
+    @functools.wraps(fn)
+    def wrapper(x, *args, **kwargs):
+        if kwargs or not enabled or not x.is_cuda:
+            return fn(x, *args, **kwargs)
+        key = [x.shape, x.stride(), x.dtype, x.data_ptr() & 15, x.device]
+        for a in args:
+            key.append((a.data_ptr(), a.shape, a.dtype, a.stride()) if isinstance(a, torch.Tensor) else a)
+        key = tuple(key)
+        plan = plans.get(key)
+        if plan is not None:
+            if type(plan) is Plan:
+                return plan.replay(x, args)
+            return fn(x, *args)
+        if key not in seen:  # the first call may compile or autotune: record the second
+            if len(seen) >= _MAX_PLANS:
+                seen.clear()
+            seen.add(key)
+            return fn(x, *args)
+        y, plan = _record(fn, x, args)
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[key] = plan
+        return y
+
+    wrapper.plans = plans
+    return wrapper

@@ -1,0 +1,252 @@
+"""Launch plans (quantkit/kernels/plan.py): a replay makes exactly the launches a normal call would.
+
+The CPU tests drive the recorder with a fake compiled kernel whose launcher records what it is given
+(addresses as integers), so a normal call and a replay can be compared argument by argument. The GPU
+tests replay the real kernels of every recipe and compare outputs bit for bit.
+"""
+import pytest
+import torch
+
+from quantkit.kernels import plan as plan_mod
+
+
+class FakeLauncher:
+    global_scratch_size = 0
+    profile_scratch_size = 0
+    launch_cooperative_grid = False
+    launch_pdl = False
+
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, *args):
+        self.calls.append(args)
+
+
+class FakeKernel:
+    def __init__(self, function):
+        self.run = FakeLauncher()
+        self.function = function
+        self.packed_metadata = (4, 1, 0)
+
+
+STREAM = 1234
+K1, K2 = FakeKernel(11), FakeKernel(22)
+CONSTANT = torch.arange(8)  # a module-level tensor a kernel reads: baked in and kept alive
+
+
+def _launch(kernel, grid, values):
+    """What launch.CachedKernel does: tell the recorder, then launch with the tensors' addresses."""
+    plan_mod.note_launch(kernel, grid, values)
+    ptrs = [v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values]
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    kernel.run.launch(*grid, STREAM, kernel.function, False, False, None, None, kernel.packed_metadata,
+                      None, None, None, *ptrs)
+
+
+def fake_linear(x, weight, scale, bias, flag):
+    m, k = x.shape
+    n = weight.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype)
+    scratch = torch.empty(64 + m * k, dtype=torch.uint8)
+    x_q = scratch[64:].view(m, k)  # a view at an offset into the scratch buffer
+    _launch(K1, (m,), [x, x_q, scratch, m, k, x.stride(0), "C", flag])
+    _launch(K2, (n // 4, 2), [x_q, weight, scale, y, bias if bias is not None else y, CONSTANT, m, n, 0.5])
+    return y
+
+
+def _args():
+    weight = torch.randn(16, 32)
+    return weight, torch.rand(16), torch.randn(16), True
+
+
+def _symbolic(call, roots):
+    """A launcher call with every address replaced by (name of its buffer, offset), where known."""
+    out = []
+    for a in call:
+        if isinstance(a, int) and not isinstance(a, bool) and a > 2**20:
+            for name, (base, size) in roots.items():
+                if base <= a < base + size:
+                    a = (name, a - base)
+                    break
+        out.append(a)
+    return out
+
+
+def test_replay_makes_the_launches_a_normal_call_makes(monkeypatch):
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    weight, scale, bias, flag = _args()
+    x = torch.randn(5, 32)
+    y, plan = plan_mod._record(fake_linear, x, (weight, scale, bias, flag))
+    assert isinstance(plan, plan_mod.Plan), plan
+    assert plan.allocations == [((5, 16), (16, 1), torch.float32), ((64 + 5 * 32,), (1,), torch.uint8)]
+    assert CONSTANT in [t for t in plan.keep_alive]
+
+    for trial in range(3):
+        K1.run.calls.clear()
+        K2.run.calls.clear()
+        x_new = torch.randn(7, 5, 32)[trial + 1]  # a different buffer, same shape and strides
+        y_ref = fake_linear(x_new, weight, scale, bias, flag)
+        normal = [K1.run.calls[-1], K2.run.calls[-1]]
+        y_new = plan.replay(x_new, (weight, scale, bias, flag))
+        replayed = [K1.run.calls[-1], K2.run.calls[-1]]
+        assert y_new.shape == y_ref.shape and y_new.dtype == y_ref.dtype
+        assert y_new.data_ptr() != y_ref.data_ptr()
+        # The scratch buffers differ between the two calls; everything else is identical once each
+        # address is named by its buffer and offset.
+        scratch_normal = normal[0][13 + 2]
+        scratch_replay = replayed[0][13 + 2]
+        roots_normal = {"x": (x_new.data_ptr(), 5 * 32 * 4), "y": (y_ref.data_ptr(), 5 * 16 * 4),
+                        "scratch": (scratch_normal, 64 + 5 * 32)}
+        roots_replay = {"x": (x_new.data_ptr(), 5 * 32 * 4), "y": (y_new.data_ptr(), 5 * 16 * 4),
+                        "scratch": (scratch_replay, 64 + 5 * 32)}
+        for a, b in zip(normal, replayed):
+            assert _symbolic(a, roots_normal) == _symbolic(b, roots_replay)
+        # Layer buffers and the constant keep their addresses.
+        assert replayed[1][13 + 1] == weight.data_ptr() and replayed[1][13 + 5] == CONSTANT.data_ptr()
+        assert replayed[1][13 + 4] == bias.data_ptr()
+
+
+def test_bias_none_points_at_the_new_output(monkeypatch):
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    weight, scale, _, flag = _args()
+    _, plan = plan_mod._record(fake_linear, torch.randn(3, 32), (weight, scale, None, flag))
+    y = plan.replay(torch.randn(3, 32), (weight, scale, None, flag))
+    call = K2.run.calls[-1]
+    assert call[13 + 3] == y.data_ptr() and call[13 + 4] == y.data_ptr()
+
+
+def test_cublas_ops_are_replayed_on_views_of_the_new_buffers(monkeypatch):
+    """A call that quantizes (a launch into scratch) and then calls cuBLAS (here ``addmm`` on views of
+    x, a declared buffer and a slice): the replay re-issues the op on the new x."""
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    weight, _, bias, _ = _args()
+
+    def fn(x, weight, bias):
+        scratch = torch.empty(4 * x.shape[0], dtype=torch.uint8)
+        _launch(K1, (1,), [x, scratch])
+        return torch.addmm(bias[:16], x[:, 2:], weight[:, 2:].t())  # aten::t, slices: views
+
+    x = torch.randn(6, 32)
+    y, plan = plan_mod._record(fn, x, (weight, bias))
+    assert isinstance(plan, plan_mod.Plan), plan
+    for _ in range(2):
+        x_new = torch.randn(6, 32)
+        weight_new = torch.randn(16, 32)  # the replay reads the buffers it is given
+        y_new = plan.replay(x_new, (weight_new, bias))
+        torch.testing.assert_close(y_new, fn(x_new, weight_new, bias), rtol=0, atol=0)
+        assert K1.run.calls[-1][13] == x_new.data_ptr()
+
+
+@pytest.mark.parametrize("variant", ["torch_op", "view_output", "no_launch", "hook"])
+def test_calls_that_cannot_be_replayed_are_not_planned(variant):
+    weight, scale, bias, flag = _args()
+
+    def fn(x, *args):
+        if variant == "no_launch":
+            return torch.empty(x.shape[0], 16)
+        y = fake_linear(x, *args)
+        if variant == "torch_op":
+            y.add_(1.0)  # GPU work outside the recorded launches
+        if variant == "view_output":
+            return y[:, :8]
+        if variant == "hook":
+            plan_mod.note_unplannable("a Triton launch hook is installed")
+        return y
+
+    y, plan = plan_mod._record(fn, torch.randn(4, 32), (weight, scale, bias, flag))
+    assert isinstance(plan, str), variant
+    assert isinstance(y, torch.Tensor)
+
+
+def test_recording_is_off_outside_a_record():
+    before = len(K1.run.calls)
+    _launch(K1, (1,), [torch.zeros(4), 1])
+    assert len(K1.run.calls) == before + 1
+    assert getattr(plan_mod._state, "recording", None) is None
+
+
+def test_planned_wrapper_runs_fn_for_cpu_inputs_and_keywords():
+    calls = []
+
+    def fn(x, *args, **kwargs):
+        calls.append(kwargs)
+        return x
+
+    wrapped = plan_mod.planned(fn)
+    x = torch.zeros(2, 2)
+    for _ in range(3):
+        wrapped(x, 1)
+    wrapped(x, 1, config={"a": 1})
+    assert len(calls) == 4 and calls[-1] == {"config": {"a": 1}}
+    assert wrapped.plans == {}
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["fp8-block", "int8-dynamic", "int8-weight-only", "int4-weight-only"])
+def test_planned_layers_match_unplanned_kernels_gpu(recipe):
+    import importlib
+
+    import quantkit
+
+    torch.manual_seed(0)
+    family = importlib.import_module(f"quantkit.kernels.{recipe.replace('-', '_')}")
+    for n, k in [(4096, 4096), (1000, 1152), (4096, 14336)]:
+        lin = torch.nn.Linear(k, n, bias=n == 1000, device="cuda", dtype=torch.bfloat16)
+        torch.nn.init.normal_(lin.weight, std=0.02)
+        layer = quantkit.quantize_linear(lin, recipe)
+        cells = [(m, torch.bfloat16) for m in (1, 16, 128, 1024)] + [(5, torch.float16), (300, torch.float16)]
+        for m, dtype in cells:
+            if True:
+                lin_x = torch.randn(4, m + 1, k, device="cuda", dtype=dtype)
+                outs = []
+                for trial in range(4):  # run, record, replay, replay
+                    x = lin_x[trial, 1:] if trial == 3 else lin_x[trial, :m]  # new buffers every time
+                    with torch.no_grad():
+                        y = layer(x)
+                    outs.append((x, y))
+                for x, y in outs:
+                    ref = _unplanned(family, layer, x)
+                    assert torch.equal(y, ref), (recipe, n, k, m, dtype)
+    from quantkit.ops.dispatch import resolve
+
+    reasons = {str(r) for r in resolve(recipe.replace("-", "_"), "linear", torch.device("cuda", 0)).plans.values()
+               if isinstance(r, str)}
+    assert not reasons, f"{recipe}: calls not planned: {reasons}"
+
+
+def _unplanned(family, layer, x):
+    if hasattr(layer, "weight_packed"):
+        args = (layer.weight_packed, layer.weight_scale, layer.weight_zero_point, layer.bias, layer.group_size)
+    elif hasattr(layer, "block_size"):
+        args = (layer.weight, layer.weight_scale, layer.bias, layer.block_size, layer.scale_fmt)
+    else:
+        args = (layer.weight, layer.weight_scale, layer.bias)
+    return family.linear(x, *args)  # the module's own function: never planned
+
+
+@pytest.mark.gpu
+def test_plans_are_made_and_replay_under_cuda_graphs_gpu():
+    import quantkit
+    from quantkit.ops.dispatch import resolve
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4096, 4096, bias=False, device="cuda", dtype=torch.bfloat16)
+    for recipe in quantkit.recipe_names():
+        layer = quantkit.quantize_linear(lin, recipe)
+        family = recipe.replace("-", "_")
+        x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            for _ in range(3):
+                y_eager = layer(x)
+            impl = resolve(family, "linear", x.device)
+            kinds = {type(p).__name__ for p in impl.plans.values()}
+            assert "Plan" in kinds, (recipe, list(impl.plans.values()))
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                y_graph = layer(x)
+            x.copy_(torch.randn_like(x))
+            g.replay()
+            torch.testing.assert_close(y_graph, layer(x), rtol=0, atol=0)
+        assert not torch.equal(y_graph, y_eager)
