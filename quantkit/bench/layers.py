@@ -174,6 +174,9 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
                 row["rel_err"] = ((y.double() - ref).norm() / ref.norm()).item()
                 del y
                 row["backend"] = _backend(method, device)
+                row["kernel"] = _kernel_kind(method, m, n, k, device)
+                if row["kernel"] in _CUBLAS_KERNELS:
+                    row["backend"] += "+cuBLAS"
                 ms = common.measure_ms(lambda: method.forward(x), device, config.warmup_ms, config.rep_ms)
         except Exception as exc:  # noqa: BLE001 - record the failure in the table and go on
             row["error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
@@ -205,6 +208,24 @@ def _backend(method: _Method, device: torch.device) -> str:
     if method.kind == "peer":
         return "peer"
     return common.layer_backends(method.module, device)
+
+
+# Configs whose GEMM is cuBLAS's (after a Triton quantization / dequantization kernel).
+_CUBLAS_KERNELS = {"cublas", "dequant_mm"}
+
+
+def _kernel_kind(method: _Method, m: int, n: int, k: int, device: torch.device) -> str | None:
+    """The ``kernel`` of the config the layer's forward used (the tuned-config memo), if any."""
+    if method.kind != "recipe" or device.type != "cuda":
+        return None
+    from quantkit.kernels.tuning import _MEMO, m_bucket
+    from quantkit.layers import QuantizedLinear
+
+    for module in method.module.modules():
+        if isinstance(module, QuantizedLinear):
+            config = _MEMO.get((module.format_name.replace("-", "_"), m_bucket(m), n, k))
+            return config.get("kernel") if config else None
+    return None
 
 
 def _free(device: torch.device) -> None:
