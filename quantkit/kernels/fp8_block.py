@@ -538,8 +538,10 @@ def _tiled(bm, bn, warps, stages, tma, group_m=8) -> dict:
 
 def _cublas() -> dict:
     """The activation quantization kernel, then cuBLAS's block-scaled fp8 GEMM (``torch._scaled_mm``
-    with 1×128 / 128×128 scales: sm_90 and newer, torch ≥ 2.9). A sweep candidate for M > 16, picked
-    where it measures faster; where cuBLAS refuses a problem the Triton GEMM runs instead."""
+    with 1×128 / 128×128 scales: sm_90 and newer, torch ≥ 2.9). A sweep candidate for M > 256, picked
+    where it measures faster; where cuBLAS refuses a problem the Triton GEMM runs instead. Not offered
+    at M ≤ 256: there the Triton GEMMs are within 0–15 % of it on the GPU, and a cuBLAS call costs the
+    eager host 40–60 µs more than a replayed Triton launch (notes/fp8_block.md, round 3)."""
     return {"kernel": "cublas", "fuse_act_quant": False}
 
 
@@ -600,7 +602,7 @@ _DECODE_1 = [_swap(64, 1, 2, 4, 5, True), _swap(64, 1, 1, 4, 6, True), _swap(32,
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _swap(64, 16, 1, 4, 6, True), _swap(64, 16, 2, 8, 4, True),
               _swap(32, 16, 1, 4, 8, True), _swap(128, 16, 1, 8, 4, True), _swap(128, 16, 2, 4, 3, True)]
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 128, 1, 4, 4, False), _swap(64, 64, 1, 4, 4, False),
-        _tiled(64, 128, 4, 4, False), _cublas()]
+        _tiled(64, 128, 4, 4, False)]
 _LARGE = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 128, 8, 4, False),
           _tiled(64, 128, 4, 4, True), _tiled(64, 128, 4, 3, False), _tiled(128, 128, 8, 4, True, group_m=16),
           _cublas()]

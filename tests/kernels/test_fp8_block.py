@@ -264,6 +264,8 @@ def test_shipped_table_holds_valid_configs():
             fk._check_config(config, 128)
             if int(key.split(",")[0]) <= 16:
                 assert config["fuse_act_quant"], f"{gpu} {key}: decode config with a separate quantization launch"
+            if int(key.split(",")[0]) <= 256:  # cuBLAS's host cost outweighs it there (see _cublas)
+                assert config["kernel"] != "cublas", f"{gpu} {key}: cuBLAS GEMM at M <= 256"
 
 
 def test_bad_configs_are_rejected():
