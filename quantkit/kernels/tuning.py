@@ -89,15 +89,39 @@ def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dic
     if config is not None:
         return config
     key = _key(m, n, k)
-    config = _read_user_cache().get(family, {}).get(key) or _shipped(family).get(key)
+    user = _read_user_cache().get(family, {})
+    config = user.get(key) or _shipped(family).get(key)
     if config is None and bench is not None and os.environ.get("QUANTKIT_AUTOTUNE") == "1" \
             and not torch.cuda.is_current_stream_capturing():
         config = autotune(module.candidate_configs(m, n, k), bench)
         _write_user_cache(family, key, config)
     if config is None:
+        config = nearest_tuned(m, n, k, {**_shipped(family), **user})
+    if config is None:
         config = module.default_config(m, n, k)
     _MEMO[memo_key] = config
     return config
+
+
+def _regime(m: int) -> int:
+    """The M ranges every family's kernels are chosen in (decode GEMV, decode ≤ 16, mid, large): a
+    config tuned for one M serves another M only within the same range."""
+    return 0 if m <= 1 else 1 if m <= 16 else 2 if m <= 256 else 3
+
+
+def nearest_tuned(m: int, n: int, k: int, table: dict[str, dict]) -> dict | None:
+    """The config tuned for the same N and K at the M bucket nearest to ``m``'s (in powers of two,
+    the smaller on a tie) within the same regime, or None: a prefill at M = 2048 then runs what the
+    sweep chose at 1024 instead of the untuned default."""
+    bucket, best, best_distance = m_bucket(m), None, None
+    for key, config in table.items():
+        tm, tn, tk = (int(v) for v in key.split(","))
+        if tn != n or tk != k or _regime(tm) != _regime(bucket):
+            continue
+        distance = (abs(tm.bit_length() - bucket.bit_length()), tm)
+        if best_distance is None or distance < best_distance:
+            best, best_distance = config, distance
+    return best
 
 
 def autotune(candidates: list[dict], bench: Callable[[dict], float]) -> dict:
