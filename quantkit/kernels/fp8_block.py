@@ -30,6 +30,14 @@ Kernels
                             weight scale per K block: the promotion is one FFMA per accumulator.
   Both GEMMs prefetch the next step's scales one iteration ahead (Triton pipelines the tiles feeding
   the MMA, not these small loads, whose latency would otherwise sit between the MMA and its FFMA).
+  * ``cublas`` config (M > 256): ``_act_quant_kernel`` as above, then cuBLAS's block-scaled fp8 GEMM
+                            (``torch._scaled_mm`` with the same codes and scales; its K-major
+                            activation scales are the layout written here). Chosen per cell by the
+                            tuned table where it measures faster than the tiled kernel (H100: M ≥ 1024,
+                            1.4–1.6x the tiled kernel); it promotes per K block in float32 as the
+                            reference does (outputs within the same bound, GPU-tested). Where cuBLAS
+                            refuses a problem (M not a multiple of 4, a float32 output with a bias)
+                            the Triton GEMM runs; ``QUANTKIT_FP8_CUBLAS=0`` keeps every GEMM in Triton.
 
 Per call: the output; the separate-quantization path (``fuse_act_quant`` false, only for M > 16:
 never at decode sizes) also allocates the e4m3 codes and K-major scales of x from PyTorch's caching
@@ -769,12 +777,14 @@ _NOT_FUSED_FALLBACK = _swap(64, 64, 1, 4, 4, False)
 
 # Problems cuBLAS refused once (by (M, N, K, dtype)): not asked again.
 _CUBLAS_REFUSED: set = set()
+# QUANTKIT_FP8_CUBLAS=0 keeps every GEMM in Triton (the default config replaces "cublas" entries).
+_CUBLAS_ALLOWED = os.environ.get("QUANTKIT_FP8_CUBLAS", "1") != "0"
 
 
 def _cublas_usable(x, m, n, k, bias, block_size) -> bool:
     """Whether the ``cublas`` config can run here; it needs a CUDA x, 128-blocks, 16-aligned N and K
     (cuBLAS's operand alignment), and a bias cuBLAS fuses (same dtype as the output, not float32)."""
-    return (x.is_cuda and block_size == 128 and n % 16 == 0 and k % 16 == 0 and hasattr(torch, "_scaled_mm")
+    return (_CUBLAS_ALLOWED and x.is_cuda and block_size == 128 and n % 16 == 0 and k % 16 == 0 and hasattr(torch, "_scaled_mm")
             and (bias is None or (bias.dtype == x.dtype and x.dtype != torch.float32))
             and (m, n, k, x.dtype) not in _CUBLAS_REFUSED)
 
