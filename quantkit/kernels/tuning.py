@@ -13,11 +13,16 @@ Lookup order for a problem (M bucketed to the next power of two, N and K exact):
   2. the table shipped in ``quantkit/kernels/tuned/<family>.json`` for this GPU name,
   3. with ``QUANTKIT_AUTOTUNE=1`` (and not while a CUDA graph is being captured): time every
      candidate now, keep the fastest, save it to the user cache;
-  4. ``default_config(M, N, K)``.
+  4. the entry of 1. or 2. for the same N and K at the nearest tuned M bucket of the same range
+     (M = 1, 2–16, 17–256, > 256; :func:`nearest_tuned`), so a prefill at M = 2048 runs what was
+     tuned at 1024 rather than the untuned default,
+  5. ``default_config(M, N, K)``.
 Results are memoized in-process, so after the first call per shape the cost is one dict lookup.
 
 ``python -m quantkit.kernels.tuning --family int4_weight_only --out tuned.json`` sweeps the Llama
-shapes of PERFORMANCE.md on the current GPU and writes a table in the shipped format.
+shapes of PERFORMANCE.md on the current GPU and writes a table in the shipped format. The sweep
+times each candidate replayed from a CUDA graph (:func:`gpu_time_ms`): eager timings of short
+layers measure the host's Python when it is slower than the GPU, and would rank configs by it.
 """
 from __future__ import annotations
 
