@@ -48,13 +48,6 @@ def host_us(fn, calls=200, repeats=7):
     return f"{min(runs):6.1f} / {statistics.median(runs):6.1f} / {max(runs):6.1f}"
 
 
-def _buffers(layer):
-    if hasattr(layer, "weight_packed"):
-        return (layer.weight_packed, layer.weight_scale, layer.weight_zero_point, layer.bias, layer.group_size)
-    if hasattr(layer, "block_size"):
-        return (layer.weight, layer.weight_scale, layer.bias, layer.block_size, layer.scale_fmt)
-    return (layer.weight, layer.weight_scale, layer.bias)
-
 
 def main():
     parser = argparse.ArgumentParser()
@@ -82,7 +75,7 @@ def main():
                 print(f"  bf16 F.linear          {host_us(lambda: torch.nn.functional.linear(x, lin.weight))}")
                 for recipe, layer in layers.items():
                     module = importlib.import_module(f"quantkit.kernels.{recipe.replace('-', '_')}")
-                    bufs = _buffers(layer)
+                    bufs = layer.kernel_args()
                     print(f"  {recipe:18s} layer {host_us(lambda: layer(x))}   kernel linear "
                           f"{host_us(lambda: module.linear(x, *bufs))}", flush=True)
                     if args.profile:

@@ -34,14 +34,6 @@ def cpu_us_per_call(fn, calls=200, chunk=20):
     return total / calls * 1e6
 
 
-def _buffers(layer):
-    """The positional arguments of the family's kernel ``linear`` after x, from the layer's buffers."""
-    if hasattr(layer, "weight_packed"):
-        return (layer.weight_packed, layer.weight_scale, layer.weight_zero_point, layer.bias, layer.group_size)
-    if hasattr(layer, "block_size"):
-        return (layer.weight, layer.weight_scale, layer.bias, layer.block_size, layer.scale_fmt)
-    return (layer.weight, layer.weight_scale, layer.bias)
-
 
 def main():
     parser = argparse.ArgumentParser()
@@ -73,7 +65,7 @@ def main():
                     print(f"   graph capture failed: {exc.__class__.__name__}: {exc}")
             family = recipe.replace("-", "_")
             module = importlib.import_module(f"quantkit.kernels.{family}")
-            bufs = _buffers(layer)
+            bufs = layer.kernel_args()
             direct = lambda: module.linear(x, *bufs)  # noqa: E731
             with torch.inference_mode():
                 inf = triton.testing.do_bench(fwd, warmup=25, rep=100, return_mode="median") * 1e3

@@ -52,6 +52,10 @@ class QuantizedLinear(nn.Module):
         """The weight [out_features, in_features] this layer effectively multiplies by."""
         raise NotImplementedError
 
+    def kernel_args(self) -> tuple:
+        """The arguments after ``x`` of the format's ``linear`` (kernel module and reference alike)."""
+        raise NotImplementedError
+
     def weight_nbytes(self) -> int:
         """Bytes of all buffers (quantized weight, scales, zero-points, bias)."""
         return sum(b.numel() * b.element_size() for b in self.buffers(recurse=False))

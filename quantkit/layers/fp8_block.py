@@ -42,6 +42,10 @@ class Fp8BlockLinear(QuantizedLinear):
         return ops.fp8_block_linear(x, self.weight, self.weight_scale, self.bias, self.block_size, self.scale_fmt,
                                     layer=self)
 
+    def kernel_args(self) -> tuple:
+        """The arguments after x of ``quantkit.kernels.fp8_block.linear`` (and of the reference)."""
+        return (self.weight, self.weight_scale, self.bias, self.block_size, self.scale_fmt)
+
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return dequantize_weight_fp8_block(self.weight, self.weight_scale, self.block_size, dtype)
 

@@ -57,6 +57,10 @@ class Int4WeightOnlyLinear(QuantizedLinear):
         return ops.int4_weight_only_linear(x, self.weight_packed, self.weight_scale, self.weight_zero_point,
                                            self.bias, self.group_size, self.in_features, layer=self)
 
+    def kernel_args(self) -> tuple:
+        """The arguments after x of ``quantkit.kernels.int4_weight_only.linear`` (and of the reference)."""
+        return (self.weight_packed, self.weight_scale, self.weight_zero_point, self.bias, self.group_size)
+
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return dequantize_weight_int4(self.weight_packed, self.weight_scale, self.weight_zero_point,
                                       self.group_size, dtype)

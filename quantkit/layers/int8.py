@@ -32,6 +32,10 @@ class _Int8PerChannelLinear(QuantizedLinear):
                 layer.bias = linear.bias.detach().clone()
         return layer
 
+    def kernel_args(self) -> tuple:
+        """The arguments after x of the family's ``quantkit.kernels.<family>.linear`` (and of the reference)."""
+        return (self.weight, self.weight_scale, self.bias)
+
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return dequantize_weight_int8(self.weight, self.weight_scale, dtype)
 

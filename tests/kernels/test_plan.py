@@ -207,7 +207,7 @@ def test_planned_layers_match_unplanned_kernels_gpu(recipe):
                         y = layer(x)
                     outs.append((x, y))
                 for x, y in outs:
-                    ref = _unplanned(family, layer, x)
+                    ref = family.linear(x, *layer.kernel_args())  # the module function: never planned
                     assert torch.equal(y, ref), (recipe, n, k, m, dtype)
     from quantkit.ops.dispatch import resolve
 
@@ -215,15 +215,6 @@ def test_planned_layers_match_unplanned_kernels_gpu(recipe):
                if isinstance(r, str)}
     assert not reasons, f"{recipe}: calls not planned: {reasons}"
 
-
-def _unplanned(family, layer, x):
-    if hasattr(layer, "weight_packed"):
-        args = (layer.weight_packed, layer.weight_scale, layer.weight_zero_point, layer.bias, layer.group_size)
-    elif hasattr(layer, "block_size"):
-        args = (layer.weight, layer.weight_scale, layer.bias, layer.block_size, layer.scale_fmt)
-    else:
-        args = (layer.weight, layer.weight_scale, layer.bias)
-    return family.linear(x, *args)  # the module's own function: never planned
 
 
 @pytest.mark.gpu

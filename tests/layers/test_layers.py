@@ -89,6 +89,11 @@ def test_layer_equals_reference_function(recipe):
         y = layer(x)
     assert y.shape == (2, 3, 130)
     assert torch.equal(y.reshape(-1, 130), expected)
+    # kernel_args() are the arguments after x of the family's linear (kernel module and reference alike)
+    reference_linear = {"fp8-block": R.fp8_block_linear, "int8-dynamic": R.int8_dynamic_linear,
+                        "int8-weight-only": R.int8_weight_only_linear,
+                        "int4-weight-only": R.int4_weight_only_linear}[recipe]
+    assert torch.equal(reference_linear(x2, *layer.kernel_args()), expected)
     # dequantize() is the weight the layer multiplies by
     w = layer.dequantize()
     if recipe in ("int8-weight-only", "int4-weight-only"):
