@@ -1,7 +1,7 @@
 """Where the host time of an eager quantized forward goes, measured several times so machine noise
 shows up as spread rather than as a cost.
 
-    python scripts/host_breakdown.py [--cells 4096x4096:1,128 ...] [--profile]
+    python scripts/host_breakdown.py [--cells 4096x4096:1,128 ...]
 
 For each recipe and cell it prints host µs per call (min / median / max of 7 batches of 200 calls,
 no synchronization inside a batch) of: the layer, the kernel module's ``linear``, and reference
@@ -10,9 +10,7 @@ Triton's launcher and through ``quantkit.kernels.launch.cached``). ``--profile``
 1000 layer calls per cell (tottime).
 """
 import argparse
-import cProfile
 import importlib
-import pstats
 import statistics
 import time
 
@@ -52,7 +50,6 @@ def host_us(fn, calls=200, repeats=7):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cells", nargs="*", default=["4096x4096:1,16,128,1024", "4096x14336:1"])
-    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     a = torch.zeros(4096, device="cuda")
     b = torch.empty_like(a)
@@ -78,14 +75,6 @@ def main():
                     bufs = layer.kernel_args()
                     print(f"  {recipe:18s} layer {host_us(lambda: layer(x))}   kernel linear "
                           f"{host_us(lambda: module.linear(x, *bufs))}", flush=True)
-                    if args.profile:
-                        prof = cProfile.Profile()
-                        prof.enable()
-                        for _ in range(1000):
-                            layer(x)
-                        prof.disable()
-                        torch.cuda.synchronize()
-                        pstats.Stats(prof).sort_stats("tottime").print_stats(10)
 
 
 if __name__ == "__main__":
