@@ -6,8 +6,8 @@ shows up as spread rather than as a cost.
 For each recipe and cell it prints host µs per call (min / median / max of 7 batches of 200 calls,
 no synchronization inside a batch) of: the layer, the kernel module's ``linear``, and reference
 points (an empty Python call, ``torch.empty``, bf16 ``F.linear``, a trivial Triton kernel through
-Triton's launcher and through ``quantkit.kernels.launch.cached``). ``--profile`` adds a cProfile of
-1000 layer calls per cell (tottime).
+Triton's launcher and through ``quantkit.kernels.launch.cached``). For a cProfile of the layer
+calls: ``scripts/profile_overhead.py --profile``.
 """
 import argparse
 import importlib
