@@ -718,7 +718,7 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     if config["kernel"] == "gemv":  # it quantizes x itself; the same weight tiling through the MMA kernel
         config = _swap(config["BLOCK_W"], 1, config["GROUPS"], config["num_warps"], 4, False)
     if config["kernel"] == "cublas":  # a choice for linear(), whose scales are laid out as cuBLAS wants
-        config = _NOT_FUSED_FALLBACK if m <= 256 else default_config(m, n, k)
+        config = _triton_gemm_config(m, n, k)
     return _run_gemm(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias, y,
                      block_size, config, False, False)
 
@@ -758,7 +758,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         y = _try_cublas(x_q, x_s, weight_q, weight_scale, bias, x.dtype)
         if y is not None:
             return y
-        config = _NOT_FUSED_FALLBACK if default_config(m, n, k)["fuse_act_quant"] else default_config(m, n, k)
+        config = _triton_gemm_config(m, n, k)
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0)
 
@@ -773,18 +773,22 @@ def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, out_dtype):
         return None
 
 
-_NOT_FUSED_FALLBACK = _swap(64, 64, 1, 4, 4, False)
+def _triton_gemm_config(m: int, n: int, k: int) -> dict:
+    """The Triton GEMM to run on activations already quantized where a ``cublas`` config cannot."""
+    config = default_config(m, n, k)
+    return _swap(64, 64, 1, 4, 4, False) if config["fuse_act_quant"] else config
+
 
 # Problems cuBLAS refused once (by (M, N, K, dtype)): not asked again.
 _CUBLAS_REFUSED: set = set()
 # QUANTKIT_FP8_CUBLAS=0 keeps every GEMM in Triton (the default config replaces "cublas" entries).
-_CUBLAS_ALLOWED = os.environ.get("QUANTKIT_FP8_CUBLAS", "1") != "0"
+_CUBLAS_ALLOWED = os.environ.get("QUANTKIT_FP8_CUBLAS", "1") != "0" and hasattr(torch, "_scaled_mm")
 
 
 def _cublas_usable(x, m, n, k, bias, block_size) -> bool:
     """Whether the ``cublas`` config can run here; it needs a CUDA x, 128-blocks, 16-aligned N and K
     (cuBLAS's operand alignment), and a bias cuBLAS fuses (same dtype as the output, not float32)."""
-    return (_CUBLAS_ALLOWED and x.is_cuda and block_size == 128 and n % 16 == 0 and k % 16 == 0 and hasattr(torch, "_scaled_mm")
+    return (_CUBLAS_ALLOWED and x.is_cuda and block_size == 128 and n % 16 == 0 and k % 16 == 0
             and (bias is None or (bias.dtype == x.dtype and x.dtype != torch.float32))
             and (m, n, k, x.dtype) not in _CUBLAS_REFUSED)
 

@@ -198,17 +198,16 @@ def test_planned_layers_match_unplanned_kernels_gpu(recipe):
         layer = quantkit.quantize_linear(lin, recipe)
         cells = [(m, torch.bfloat16) for m in (1, 16, 128, 1024)] + [(5, torch.float16), (300, torch.float16)]
         for m, dtype in cells:
-            if True:
-                lin_x = torch.randn(4, m + 1, k, device="cuda", dtype=dtype)
-                outs = []
-                for trial in range(4):  # run, record, replay, replay
-                    x = lin_x[trial, 1:] if trial == 3 else lin_x[trial, :m]  # new buffers every time
-                    with torch.no_grad():
-                        y = layer(x)
-                    outs.append((x, y))
-                for x, y in outs:
-                    ref = family.linear(x, *layer.kernel_args())  # the module function: never planned
-                    assert torch.equal(y, ref), (recipe, n, k, m, dtype)
+            xs = torch.randn(4, m + 1, k, device="cuda", dtype=dtype)
+            outs = []
+            for trial in range(4):  # run, record, replay, replay
+                x = xs[trial, 1:] if trial == 3 else xs[trial, :m]  # new buffers every time
+                with torch.no_grad():
+                    y = layer(x)
+                outs.append((x, y))
+            for x, y in outs:
+                ref = family.linear(x, *layer.kernel_args())  # the module function: never planned
+                assert torch.equal(y, ref), (recipe, n, k, m, dtype)
     from quantkit.ops.dispatch import resolve
 
     reasons = {str(r) for r in resolve(recipe.replace("-", "_"), "linear", torch.device("cuda", 0)).plans.values()
