@@ -24,7 +24,7 @@ for stage in $stages; do
     tune)
       stamp tune
       for f in ${TUNE_FAMILIES:-fp8_block int8_dynamic int8_weight_only int4_weight_only}; do
-        python3 -m quantkit.kernels.tuning --family "$f" --out "$OUT/tuned_$f.json" 2>&1 | tee "$OUT/tune_$f.log" | grep -v "^  " | tail -20
+        python3 -m quantkit.kernels.tuning --family "$f" --out "$OUT/tuned_$f.json" ${TUNE_ARGS:-} 2>&1 | tee "$OUT/tune_$f.log" | grep -v "^  " | tail -20
         # later stages (bench, e2e) on this machine use what was just tuned
         [ -s "$OUT/tuned_$f.json" ] && python3 -m quantkit.kernels.tuning --install "$OUT/tuned_$f.json"
       done ;;

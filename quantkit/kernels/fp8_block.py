@@ -20,6 +20,12 @@ Kernels
                             K, GROUPS quantization blocks per loop step (a step moves BLOCK_W·b·GROUPS
                             weight bytes, pipelined num_stages deep). ``FUSE`` quantizes the activation
                             tile in registers inside the loop (one launch, nothing allocated but y).
+  * ``_gemm_stream_kernel`` decode: the swap kernel's yᵀ tile with each step's K blocks spread over the
+                            warps (a 3-D dot, one K block per warp, mma.sync on float16 copies of the
+                            codes, exact products), summed once at the end: 16–32-row weight tiles keep
+                            N/16–N/32 programs of several independent load chains each, where the
+                            64-row wgmma swap kernel leaves half the SMs idle at N = 4096. Always fused
+                            at decode sizes (``FUSE``); also runs on pre-quantized codes.
   * ``_gemv_kernel``        decode on CUDA cores: fp32 multiply-adds of e4m3 codes converted in
                             registers, x quantized in the weight tile's layout (no shared memory, no
                             barrier); each step issues all its loads first, so the bytes in flight are
@@ -101,8 +107,15 @@ def _scale_from_amax(amax, UE8M0: tl.constexpr):
 
 @triton.jit
 def _div_exact(x, scale, ON_GPU: tl.constexpr, ZERO_SIGN: tl.constexpr = True):
-    """x [R, C] / scale [R] (per row), the correctly rounded float32 quotient. ON_GPU: compiled (fused
-    fma); the interpreter's fma is a separate multiply and add, so it divides with div_rn.
+    """x [R, C] / scale [R] (per row), the correctly rounded float32 quotient (see ``_div_exact_b``)."""
+    return _div_exact_b(x, scale[:, None], ON_GPU, ZERO_SIGN)
+
+
+@triton.jit
+def _div_exact_b(x, scale, ON_GPU: tl.constexpr, ZERO_SIGN: tl.constexpr = True):
+    """x / scale with ``scale`` already shaped to broadcast against x (one value per group), the
+    correctly rounded float32 quotient. ON_GPU: compiled (fused fma); the interpreter's fma is a
+    separate multiply and add, so it divides with div_rn.
     ZERO_SIGN=False lets −0 come out as +0 (the corrections lose its sign): fine where the codes only
     feed a dot product, saving two instructions per element in the GEMMs' fused quantization."""
     if ON_GPU:
@@ -113,16 +126,16 @@ def _div_exact(x, scale, ON_GPU: tl.constexpr, ZERO_SIGN: tl.constexpr = True):
         # nonzero code (|x/s| ≥ 2^-11) has |x| ≥ 2^-60 and normal residuals (≈ |x|·2^-24); smaller
         # quotients give a zero code anyway. |q| ≤ 448 and r ≤ 2^49: nothing overflows.
         # The residual x − s·q is written fma(q, −s, x): the same exactly rounded value, with the
-        # negation paid once per row instead of once per element.
-        neg_s = -scale[:, None]
-        r = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)[:, None]
+        # negation paid once per group instead of once per element.
+        neg_s = -scale
+        r = tl.math.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
         q0 = x * r
         q1 = tl.fma(tl.fma(q0, neg_s, x), r, q0)
         q = tl.fma(tl.fma(q1, neg_s, x), r, q1)
         if ZERO_SIGN:
             q = tl.where(q0 == 0.0, q0, q)  # keep the sign of a zero (−0/s is −0)
     else:
-        q = tl.math.div_rn(x, tl.broadcast_to(scale[:, None], x.shape))
+        q = tl.math.div_rn(x, tl.broadcast_to(scale, x.shape))
     return q
 
 
@@ -319,6 +332,80 @@ def _gemm_swap_kernel(
 
 
 @triton.jit
+def _gemm_stream_kernel(
+    x_ptr, xs_ptr, w_ptr, ws_ptr, bias_ptr, y_ptr,
+    M, N, K,
+    stride_xm, stride_xsm, stride_xsk, stride_wn, stride_wsn, stride_wsk, stride_ym,
+    BLOCK_W: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr,
+    FUSE: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, UE8M0: tl.constexpr, ON_GPU: tl.constexpr,
+):
+    """yᵀ[BLOCK_W, BLOCK_X] like ``_gemm_swap_kernel``, with the K range of each step split among the warps.
+
+    A step covers SLICES consecutive K blocks; they are the batch axis of a 3-D dot, which Triton lays
+    over the warps (SLICES == num_warps), so each warp loads, quantizes and multiplies its own block:
+    acc[s] += (W[w-tile, block s] · xq[x-tile, block s]ᵀ) · x_scale · w_scale, summed over s once
+    after the loop. A program therefore keeps SLICES independent block chains in flight, and the
+    weight tile can be as thin as 16 rows (mma.sync), i.e. 4x the programs of the 64-row wgmma swap
+    kernel at the same N: at N = 4096 that is 256 programs instead of 64 on 132 SMs. The codes go to
+    the tensor cores as float16 (every e4m3 value is exact in float16, and the products are exact in
+    the float32 accumulation); the interpreter multiplies them in float32."""
+    pid = tl.program_id(0)
+    num_x = tl.cdiv(M, BLOCK_X)
+    pid_x = pid % num_x
+    pid_w = pid // num_x
+    offs_w = pid_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    offs_x = pid_x * BLOCK_X + tl.arange(0, BLOCK_X)
+    rows_w = tl.minimum(offs_w, N - 1)  # clamped, not masked: every load is in bounds; the store is masked
+    rows_x = tl.minimum(offs_x, M - 1)
+    offs_s = tl.arange(0, SLICES)
+    k_base = offs_s[:, None, None] * BLOCK_K
+    k_w = k_base + tl.arange(0, BLOCK_K)[None, None, :]  # [SLICES, 1, BLOCK_K]
+    k_x = k_base + tl.arange(0, BLOCK_K)[None, :, None]  # [SLICES, BLOCK_K, 1]
+    w_ptrs = w_ptr + rows_w.to(tl.int64)[None, :, None] * stride_wn + k_w  # [SLICES, BLOCK_W, BLOCK_K]
+    x_ptrs = x_ptr + rows_x.to(tl.int64)[None, None, :] * stride_xm + k_x  # [SLICES, BLOCK_K, BLOCK_X]
+    ws_row = ws_ptr + ((pid_w * BLOCK_W) // BLOCK_K) * stride_wsn
+    xs_ptrs = xs_ptr + rows_x[None, :] * stride_xsm + offs_s[:, None] * stride_xsk  # [SLICES, BLOCK_X]
+    STEP: tl.constexpr = BLOCK_K * SLICES
+
+    # The weight scales of the step, fetched one step ahead: Triton pipelines the tiles feeding the
+    # dot, not these, and their latency would otherwise sit before the FFMA. Past K they load as 0.
+    ws_next = tl.load(ws_row + offs_s * stride_wsk, mask=offs_s * BLOCK_K < K, other=0.0)
+    acc = tl.zeros([SLICES, BLOCK_W, BLOCK_X], dtype=tl.float32)
+    for k0 in range(0, K, STEP):
+        ws_cur = ws_next
+        kb_next = (k0 + STEP) // BLOCK_K + offs_s
+        ws_next = tl.load(ws_row + kb_next * stride_wsk, mask=kb_next * BLOCK_K < K, other=0.0)
+        if EVEN_K:
+            w = tl.load(w_ptrs + k0, eviction_policy="evict_first")
+            xv = tl.load(x_ptrs + k0)
+        else:
+            w = tl.load(w_ptrs + k0, mask=k_w < K - k0, other=0.0, eviction_policy="evict_first")
+            xv = tl.load(x_ptrs + k0, mask=k_x < K - k0, other=0.0)
+        if FUSE:
+            xv = xv.to(tl.float32)
+            x_s = _scale_from_amax(tl.max(tl.abs(xv), axis=1), UE8M0)  # [SLICES, BLOCK_X]
+            q = _div_exact_b(xv, x_s[:, None, :], ON_GPU, False)
+            if not ON_GPU:
+                q = tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX)
+            xq = q.to(tl.float8e4nv)
+        else:
+            xq = xv
+            kb = k0 // BLOCK_K + offs_s
+            x_s = tl.load(xs_ptrs + (k0 // BLOCK_K) * stride_xsk, mask=(kb * BLOCK_K < K)[:, None], other=0.0)
+        if ON_GPU:
+            p = tl.dot(w.to(tl.float16), xq.to(tl.float16))
+        else:
+            p = tl.dot(w.to(tl.float32), xq.to(tl.float32), input_precision="ieee")
+        acc = tl.fma(p, (x_s * ws_cur[:, None])[:, None, :], acc)
+
+    out = tl.sum(acc, axis=0)
+    if HAS_BIAS:
+        out += tl.load(bias_ptr + rows_w).to(tl.float32)[:, None]
+    y_ptrs = y_ptr + offs_x[None, :].to(tl.int64) * stride_ym + offs_w[:, None]
+    tl.store(y_ptrs, out.to(y_ptr.dtype.element_ty), mask=(offs_w < N)[:, None] & (offs_x < M)[None, :])
+
+
+@triton.jit
 def _gemm_tiled_kernel(
     x_ptr, x_desc, xs_ptr, w_ptr, w_desc, ws_ptr, bias_ptr, y_ptr,
     M, N, K,
@@ -381,6 +468,7 @@ _weight_quant_fast = cached(_weight_quant_kernel)
 _weight_dequant_fast = cached(_weight_dequant_kernel)
 _gemv_fast = cached(_gemv_kernel)
 _gemm_swap_fast = cached(_gemm_swap_kernel)
+_gemm_stream_fast = cached(_gemm_stream_kernel)
 _gemm_tiled_fast = cached(_gemm_tiled_kernel)
 
 
@@ -519,11 +607,14 @@ def dequantize_weight(weight_q: torch.Tensor, scale: torch.Tensor, block_size: i
 #     CUDA-core decode kernel, one program per (BLOCK_W weight rows, activation row); fused only.
 #   {"kernel": "swap", "BLOCK_W", "BLOCK_X", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"}
 #     BLOCK_X is the largest x tile: the launcher uses max(4, min(BLOCK_X, next_pow2(M))).
+#   {"kernel": "stream", "BLOCK_W", "BLOCK_X", "fuse_act_quant", "num_warps", "num_stages"}
+#     one K block per warp and step (num_warps blocks a step); x tile min(BLOCK_X, next_pow2(M)).
 #   {"kernel": "tiled", "BLOCK_M", "BLOCK_N", "GROUP_M", "tma", "fuse_act_quant" (False), "num_warps",
 #    "num_stages"}
 _CONFIG_KEYS = {
     "gemv": ("BLOCK_W", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"),
     "swap": ("BLOCK_W", "BLOCK_X", "GROUPS", "fuse_act_quant", "num_warps", "num_stages"),
+    "stream": ("BLOCK_W", "BLOCK_X", "fuse_act_quant", "num_warps", "num_stages"),
     "tiled": ("BLOCK_M", "BLOCK_N", "GROUP_M", "tma", "fuse_act_quant", "num_warps", "num_stages"),
     "cublas": ("fuse_act_quant",),
 }
@@ -537,6 +628,11 @@ def _gemv(bw, groups, warps) -> dict:
 def _swap(bw, bx, groups, warps, stages, fuse) -> dict:
     return {"kernel": "swap", "BLOCK_W": bw, "BLOCK_X": bx, "GROUPS": groups, "fuse_act_quant": fuse,
             "num_warps": warps, "num_stages": stages}
+
+
+def _stream(bw, bx, warps, stages, fuse=True) -> dict:
+    return {"kernel": "stream", "BLOCK_W": bw, "BLOCK_X": bx, "fuse_act_quant": fuse, "num_warps": warps,
+            "num_stages": stages}
 
 
 def _tiled(bm, bn, warps, stages, tma, group_m=8) -> dict:
@@ -572,7 +668,12 @@ def _check_config(config: dict, block_size: int) -> None:
     stages = config["num_stages"]
     if not _pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"fp8_block config needs num_warps a power of two and num_stages ≥ 1: {config!r}")
-    if kind in ("gemv", "swap"):
+    if kind == "stream":
+        bw, bx = config["BLOCK_W"], config["BLOCK_X"]
+        if not (_pow2(bw) and 16 <= bw <= block_size and _pow2(bx) and bx <= 64 and config["num_warps"] <= 16):
+            raise ValueError(f"stream config needs BLOCK_W a power of two in [16, block_size={block_size}], "
+                             f"BLOCK_X a power of two ≤ 64 and num_warps ≤ 16: {config!r}")
+    elif kind in ("gemv", "swap"):
         bw, groups = config["BLOCK_W"], config["GROUPS"]
         bx = config.get("BLOCK_X", 1)
         if not (_pow2(bw) and 16 <= bw <= block_size and _pow2(bx) and bx <= 256 and _pow2(groups)
@@ -592,10 +693,15 @@ def _check_config(config: dict, block_size: int) -> None:
 
 def default_config(M: int, N: int, K: int) -> dict:
     """A sound choice without tuning (reasoning and round-1 data in notes/fp8_block.md)."""
+    if M == 1:
+        # 16-row programs with the K blocks of a step spread over 8 warps: N / 16 programs of eight
+        # independent load chains each (the 64-row wgmma swap kernel gives N / 64 single-chain programs).
+        return _stream(16, 1, 8, 3)
     if M <= 16:
-        # 64 weight rows per program: wgmma (m64nX) where M allows, and half the fused re-quantization of x
-        # that 32-row programs pay (SASS: ~26–38 issue cycles per KB of weight against ~50–90).
-        return _swap(64, 1, 2, 4, 5, True) if M == 1 else _swap(64, 16, 2, 4, 4, True)
+        # Each program re-quantizes its x rows, so wider weight tiles pay less of that per weight byte;
+        # 32 rows × 8 x rows keeps N / 16 programs at N = 4096. Wide layers have programs enough for
+        # the 64-row wgmma kernel, which quantizes x half as often per weight byte (H100 sweep, notes).
+        return _stream(32, 8, 4, 3) if N <= 8192 else _swap(64, 16, 2, 4, 4, True)
     if M <= 64:
         return _swap(64, 64, 1, 4, 4, False)
     if M <= 256:
@@ -605,10 +711,11 @@ def default_config(M: int, N: int, K: int) -> dict:
 
 # The sweep's search space by M bucket: ≤ 8 per cell, ≤ 24 distinct over the 15 benchmark cells, each
 # compiled offline for sm_90 without spills (notes/fp8_block.md). Every M ≤ 16 entry is fused.
-_DECODE_1 = [_swap(64, 1, 2, 4, 5, True), _swap(64, 1, 1, 4, 6, True), _swap(32, 1, 2, 4, 6, True),
-             _swap(32, 1, 4, 4, 3, True), _swap(128, 1, 1, 4, 4, True), _gemv(16, 8, 4)]
-_DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _swap(64, 16, 1, 4, 6, True), _swap(64, 16, 2, 8, 4, True),
-              _swap(32, 16, 1, 4, 8, True), _swap(128, 16, 1, 8, 4, True), _swap(128, 16, 2, 4, 3, True)]
+_DECODE_1 = [_swap(64, 1, 2, 4, 5, True), _stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(32, 1, 8, 4),
+             _stream(16, 1, 4, 3)]
+_DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _swap(128, 16, 2, 4, 3, True), _stream(32, 16, 4, 3),
+              _stream(32, 16, 8, 3), _stream(32, 8, 4, 3), _stream(32, 4, 4, 3), _stream(16, 8, 4, 3),
+              _stream(32, 8, 4, 4)]
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 128, 1, 4, 4, False), _swap(64, 64, 1, 4, 4, False),
         _tiled(64, 128, 4, 4, False)]
 _LARGE = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 128, 8, 4, False),
@@ -663,6 +770,19 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
             BLOCK_W=bw, BLOCK_X=bx, BLOCK_K=block_size, GROUPS=groups, FUSE=fuse,
             HAS_BIAS=has_bias, EVEN_K=k % (block_size * groups) == 0, UE8M0=ue8m0, ON_GPU=x.is_cuda,
             num_warps=config["num_warps"], num_stages=config["num_stages"])
+        return y
+    if config["kernel"] == "stream":
+        bw = config["BLOCK_W"]
+        bx = min(config["BLOCK_X"], triton.next_power_of_2(m))
+        slices = config["num_warps"]
+        grid = (ceil_div(n, bw) * ceil_div(m, bx),)
+        _gemm_stream_fast[grid](
+            x, xs_arg, weight_q, weight_scale, bias_arg, y, m, n, _loop_bound(k),
+            x.stride(0), stride_xsm, stride_xsk, weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1),
+            y.stride(0),
+            BLOCK_W=bw, BLOCK_X=bx, BLOCK_K=block_size, SLICES=slices, FUSE=fuse, HAS_BIAS=has_bias,
+            EVEN_K=k % (block_size * slices) == 0, UE8M0=ue8m0, ON_GPU=x.is_cuda,
+            num_warps=slices, num_stages=config["num_stages"])
         return y
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     x_desc = w_desc = None

@@ -31,6 +31,10 @@ Kernels
     int32 products elementwise on CUDA cores; one row sum at the end.
   * ``_fused_dot_kernel`` (2 <= M <= 16, one launch): the same with BLOCK_M = 16 rows and an int8
     ``tl.dot`` (mma.sync); every program quantizes the 16 x rows it multiplies.
+  * ``_fused_stream_kernel`` (2 <= M <= 16, one launch): the fused kernel with the weight as the left
+    operand and each step's K range split over the warps (a 3-D int8 dot whose batch axis Triton lays
+    over them), int32 slices summed once at the end: thin weight tiles, many programs, every warp its
+    own load stream. BLOCK_M (8 or 16) x rows a program.
   * ``_gemm_kernel`` (M > 16, after ``_quant_rows_kernel``): int8 ``tl.dot`` (wgmma on sm_90 for
     BLOCK_M >= 64), int32 accumulator, grouped launch order, pipelined pointer loads; optionally
     split-K (int32 partials, summed with the epilogue by ``_splitk_reduce_kernel``) for the few-tile,
@@ -309,6 +313,57 @@ def _fused_dot_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, M, N, K, strid
     _store_scaled(acc, scale, offs_m, offs_n, M, N, w_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)
 
 
+# --------------------------------------------------------------------------- M <= 16: K split over the warps
+@triton.jit
+def _fused_stream_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_xm, stride_cm,
+                         EPS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, SLICES: tl.constexpr, AMAX_BLOCK: tl.constexpr,
+                         AMAX_STAGES: tl.constexpr, EVEN_K: tl.constexpr, COMPILED: tl.constexpr):
+    """The fused kernel's work with the weight as the left operand and each step's K range split
+    among the warps: a step covers SLICES slices of BLOCK_K columns, the batch axis of a 3-D int8 dot
+    that Triton lays over the warps (SLICES == num_warps), acc[s, n, m] += W[n, slice s] · xq[m, slice s],
+    and the int32 slices are summed once after the loop (exact: the result is the fused kernel's).
+    A 16-row weight tile thus still gives every warp its own stream of K, so N = 4096 makes 256
+    programs of several independent load chains each instead of 128 programs whose warps share one."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+
+    # Per-token amax of the BLOCK_M rows, as in _fused_dot_kernel (rows past M read as 0).
+    bits_ptr, sign_mask = _abs_bits(x_ptr)
+    bits_rows = bits_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+    offs_a = tl.arange(0, AMAX_BLOCK)
+    amax = tl.zeros([BLOCK_M, AMAX_BLOCK], dtype=tl.int32)
+    for k0 in tl.range(0, K, AMAX_BLOCK, num_stages=AMAX_STAGES):
+        xa = tl.load(bits_rows + k0 + offs_a[None, :], mask=m_mask[:, None] & (k0 + offs_a[None, :] < K), other=0)
+        amax = tl.maximum(amax, xa.to(tl.int32) & sign_mask)
+    amax_f = tl.max(amax, axis=1).to(bits_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty, bitcast=True)
+    scale, inv = _row_scale(amax_f.to(tl.float32), EPS)
+    scale_b = tl.broadcast_to(scale[None, None, :], [SLICES, BLOCK_K, BLOCK_M])
+    inv_b = tl.broadcast_to(inv[None, None, :], [SLICES, BLOCK_K, BLOCK_M])
+
+    k_base = tl.arange(0, SLICES)[:, None, None] * BLOCK_K
+    k_w = k_base + tl.arange(0, BLOCK_K)[None, None, :]  # [SLICES, 1, BLOCK_K]
+    k_x = k_base + tl.arange(0, BLOCK_K)[None, :, None]  # [SLICES, BLOCK_K, 1]
+    w_ptrs = w_ptr + (offs_n % N).to(tl.int64)[None, :, None] * K + k_w  # [SLICES, BLOCK_N, BLOCK_K]
+    x_ptrs = x_ptr + offs_m.to(tl.int64)[None, None, :] * stride_xm + k_x  # [SLICES, BLOCK_K, BLOCK_M]
+    STEP: tl.constexpr = SLICES * BLOCK_K
+    acc = tl.zeros([SLICES, BLOCK_N, BLOCK_M], dtype=tl.int32)
+    for k0 in range(0, K, STEP):
+        if EVEN_K:
+            w = tl.load(w_ptrs + k0, eviction_policy="evict_first")
+            xt = tl.load(x_ptrs + k0, mask=m_mask[None, None, :], other=0.0)
+        else:
+            w = tl.load(w_ptrs + k0, mask=k_w < K - k0, other=0, eviction_policy="evict_first")
+            xt = tl.load(x_ptrs + k0, mask=m_mask[None, None, :] & (k_x < K - k0), other=0.0)
+        xq = _codes(xt.to(tl.float32), scale_b, inv_b, COMPILED).to(tl.int8)
+        acc = tl.dot(w, xq, acc, out_dtype=tl.int32)
+    _store_scaled(tl.trans(tl.sum(acc, axis=0)), scale, offs_m, offs_n, M, N, w_scale_ptr, bias_ptr, c_ptr,
+                  stride_cm, HAS_BIAS)
+
+
 # --------------------------------------------------------------------------- M > 16: GEMM on quantized x
 @triton.jit
 def _gemm_kernel(a_ptr, a_scale_ptr, a_scale_off, b_ptr, b_scale_ptr, bias_ptr, c_ptr, part_off, M, N, K,
@@ -437,6 +492,7 @@ def _gemm_persistent_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_pt
 _quant_rows_fast = cached(_quant_rows_kernel)
 _gemv_fast = cached(_gemv_kernel)
 _fused_dot_fast = cached(_fused_dot_kernel)
+_fused_stream_fast = cached(_fused_stream_kernel)
 _gemm_fast = cached(_gemm_kernel)
 _splitk_reduce_fast = cached(_splitk_reduce_kernel)
 _gemm_tma_fast = cached(_gemm_tma_kernel)
@@ -510,6 +566,7 @@ def _facts(t: torch.Tensor) -> tuple[bool, int]:
 _KEYS = {
     "gemv": ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
     "fused": ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
+    "stream": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps", "num_stages"),
     "two_pass": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "mode", "pdl"),
 }
 _MODES = ("pointer", "tma", "persistent")
@@ -521,6 +578,14 @@ def _gemv(bn, bk, warps, stages) -> dict:
 
 def _fused(bn, bk, warps, stages) -> dict:
     return {"kernel": "fused", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+
+
+def _stream(bn, bk, warps, stages, bm=16) -> dict:
+    """M <= 16, one launch: ``BLOCK_K`` is one warp's slice of a step (``num_warps`` slices a step);
+    ``BLOCK_M`` the most x rows a program takes (fewer rows: more programs, each weight tile read by
+    several from L2)."""
+    return {"kernel": "stream", "BLOCK_N": bn, "BLOCK_M": bm, "BLOCK_K": bk, "num_warps": warps,
+            "num_stages": stages}
 
 
 def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, group_m=8) -> dict:
@@ -555,9 +620,11 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M == 1:
         return _gemv(16, 512, 4, 3)
     if M <= 16:
-        # >= 128 programs stream the weight; every program quantizes the 16 rows of x it multiplies
-        # (8 warps: two per scheduler to overlap that arithmetic with the loads).
-        return _fused(32, 256, 8, 4) if N <= 8192 else _fused(64, 256, 8, 3)
+        # Every program quantizes the x rows it multiplies. At N = 4096, 32-row weight tiles with the
+        # K of a step split over the warps and 8 x rows a program (256 programs, each weight tile read
+        # twice from L2) beat the 16-row-block fused kernel; wide layers have programs enough for the
+        # fused kernel's 64-row tiles, which quantize x half as often per weight byte (H100 sweep).
+        return _stream(32, 128, 4, 3, bm=8) if N <= 8192 else _fused(64, 256, 8, 3)
     if M <= 256:
         # >= ~100 programs, so that enough SMs pull the weight: 128 x 128 tiles where there are that
         # many (each x row and weight column is re-read from L2 N / 128 and M / 128 times), 64 x 64
@@ -572,16 +639,16 @@ def default_config(M: int, N: int, K: int) -> dict:
 
 
 # The search space: one list per M range, <= 8 configs each, 24 distinct over the benchmark cells.
-_GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4, 4), _gemv(16, 1024, 8, 3)]
-_FUSED_CANDIDATES = [_fused(32, 256, 8, 4), _fused(64, 256, 8, 3), _fused(32, 256, 4, 4), _fused(64, 256, 4, 4)]
+_GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4, 4)]
+_FUSED_CANDIDATES = [_fused(32, 256, 8, 4), _fused(64, 256, 8, 3), _fused(32, 256, 4, 4), _stream(32, 128, 4, 3),
+                     _stream(32, 128, 8, 3), _stream(64, 128, 4, 3), _stream(32, 128, 4, 3, bm=8),
+                     _stream(32, 128, 8, 3, bm=8)]
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
-                   _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(64, 128, 128, 4, 4, split_k=2),
-                   _two_pass(64, 64, 128, 4, 4, pdl=True), _two_pass(128, 128, 128, 8, 4, pdl=True),
+                   _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
                    _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)]
-_LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 3, mode="tma"), _two_pass(128, 256, 128, 8, 3),
-                     _two_pass(256, 128, 128, 8, 3, mode="tma"), _two_pass(128, 128, 128, 8, 4, mode="tma"),
-                     _two_pass(128, 256, 64, 8, 4, mode="tma"), _two_pass(128, 256, 128, 8, 3, mode="persistent"),
-                     _two_pass(128, 128, 128, 8, 4, mode="persistent"),
+_LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 3, mode="tma"), _two_pass(256, 128, 128, 8, 3, mode="tma"),
+                     _two_pass(128, 128, 128, 8, 4, mode="tma"), _two_pass(128, 256, 64, 8, 4, mode="tma"),
+                     _two_pass(128, 256, 128, 8, 3, mode="persistent"),
                      _two_pass(128, 256, 128, 8, 3, mode="tma", pdl=True)]
 
 
@@ -779,6 +846,16 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
             x, weight_q, weight_scale, bias_arg, out, N, _loop_bound(K), x.stride(0), out.stride(0),
             EPS=AMAX_EPS, HAS_BIAS=bias is not None, BLOCK_N=bn, BLOCK_K=bk, AMAX_BLOCK=_amax_block(K, 1),
             STAGES=config["num_stages"], EVEN_K=K % bk == 0, COMPILED=_COMPILED, num_warps=config["num_warps"],
+            enable_fp_fusion=False)
+        return out
+
+    if kind == "stream":
+        bm = min(config["BLOCK_M"], triton.next_power_of_2(M))
+        _fused_stream_fast[(ceil_div(N, bn), ceil_div(M, bm))](
+            x, weight_q, weight_scale, bias_arg, out, M, N, _loop_bound(K), x.stride(0), out.stride(0),
+            EPS=AMAX_EPS, HAS_BIAS=bias is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SLICES=config["num_warps"],
+            AMAX_BLOCK=_amax_block(K, 16), AMAX_STAGES=3, EVEN_K=K % (bk * config["num_warps"]) == 0,
+            COMPILED=_COMPILED, num_warps=config["num_warps"], num_stages=config["num_stages"],
             enable_fp_fusion=False)
         return out
 

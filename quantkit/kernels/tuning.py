@@ -167,6 +167,8 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
             for config in module.candidate_configs(m, n, k):
                 try:
                     timings.append((bench(config), config))
+                    if verbose:
+                        print(f"  {family} {m}x{n}x{k} {timings[-1][0] * 1e3:.1f} us {config}", flush=True)
                 except Exception as exc:  # noqa: BLE001 - record and go on
                     if verbose:
                         print(f"  {family} {m}x{n}x{k} {config}: failed ({exc.__class__.__name__})")
@@ -182,7 +184,8 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
                 continue
             best_ms, best = min(timings, key=lambda t: t[0])
             results[_key(m, n, k)] = {"config": best, "ms": best_ms, "default_ms": default_ms,
-                                      "default": default, "candidates": len(timings)}
+                                      "default": default, "candidates": len(timings),
+                                      "timings": [{"ms": t, "config": c} for t, c in timings]}
             if verbose:
                 print(f"{family} M={m} N={n} K={k}: best {best_ms * 1e3:.1f} us {best} "
                       f"(default {default_ms * 1e3:.1f} us, {len(timings)} candidates)", flush=True)
@@ -240,6 +243,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", action="append")
     parser.add_argument("--out", help="JSON file: the sweep's timings and best configs")
+    parser.add_argument("--m", help="comma-separated token counts to sweep (default: the benchmark's "
+                                    + ",".join(map(str, BENCH_M)) + ")")
     parser.add_argument("--install", nargs="+", metavar="SWEEP_JSON",
                         help="instead of sweeping, put these sweeps' best configs in the user cache")
     parser.add_argument("--ship", nargs="+", metavar="SWEEP_JSON",
@@ -252,7 +257,8 @@ def main(argv=None) -> None:
         parser.error("--family and --out are required for a sweep")
     out: dict[str, Any] = {"gpu": gpu_name(), "families": {}}
     for family in args.family:
-        out["families"][family] = sweep(family)
+        ms = [int(v) for v in args.m.split(",")] if args.m else BENCH_M
+        out["families"][family] = sweep(family, ms=ms)
     Path(args.out).write_text(json.dumps(out, indent=1))
 
 

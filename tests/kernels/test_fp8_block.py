@@ -36,6 +36,8 @@ VARIANTS = {
     "swap-fused": fk._swap(16, 16, 1, 4, 2, True),
     "swap-fused-groups": fk._swap(32, 8, 2, 4, 2, True),
     "swap": fk._swap(64, 32, 2, 4, 2, False),
+    "stream-fused": fk._stream(16, 8, 4, 2),
+    "stream": fk._stream(32, 4, 2, 2, False),
     "tiled": fk._tiled(32, 64, 4, 2, False),
     "tiled-tma": fk._tiled(16, 128, 4, 2, True),
 }
@@ -429,16 +431,21 @@ GPU_EDGE_VARIANTS = [  # (config, x dtype): every kernel path once, at N % 128 !
     (fk._swap(64, 64, 2, 4, 3, False), torch.float16),
     (fk._tiled(128, 128, 8, 4, True), torch.bfloat16),
     (fk._tiled(64, 128, 4, 3, False), torch.float16),
+    (fk._stream(16, 16, 4, 4), torch.bfloat16),
+    (fk._stream(32, 1, 8, 3), torch.float16),
+    (fk._stream(16, 16, 8, 3), torch.float32),
+    (fk._stream(16, 16, 4, 3, False), torch.bfloat16),
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("config,dtype", GPU_EDGE_VARIANTS, ids=[
     "gemv-fp32", "swap-fused-m1-fp16", "swap-fused-mma-bf16", "swap-fused-wgmma-bf16", "swap-fused-128-fp32",
-    "swap-fp16", "tiled-tma-bf16", "tiled-fp16"])
+    "swap-fp16", "tiled-tma-bf16", "tiled-fp16", "stream-fused-bf16", "stream-fused-m1-fp16",
+    "stream-fused-fp32", "stream-bf16"])
 def test_kernel_paths_at_edges_gpu(config, dtype):
     torch.manual_seed(7)
-    for m in ((1, 3) if config["kernel"] == "gemv" else (5, 300)):
+    for m in {"gemv": (1, 3), "stream": (1, 13, 40)}.get(config["kernel"], (5, 300)):
         x, _, weight_q, weight_scale, b = make_problem(m, 1000, 1040, dtype, True, "cuda")
         check_linear(x, weight_q, weight_scale, b, f"{config} {dtype} M={m}", config=config)
 

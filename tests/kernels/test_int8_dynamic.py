@@ -130,7 +130,8 @@ def test_quantize_division_is_ieee_next_to_ties(kernel_device):
     n = 64
     eye = torch.eye(n, 256, device=kernel_device).to(torch.int8)
     ones = torch.ones(n, device=kernel_device)
-    for config, rows in ((ik._gemv(16, 128, 4, 2), 2), (ik._fused(32, 128, 4, 2), 16)):
+    for config, rows in ((ik._gemv(16, 128, 4, 2), 2), (ik._fused(32, 128, 4, 2), 16),
+                         (ik._stream(16, 64, 4, 2), 16), (ik._stream(32, 32, 2, 2), 3)):
         y = ik.linear(x[:rows], eye, ones, None, config=config)
         codes = torch.round(y.double() / rs[:rows, None].double())
         assert torch.equal(codes, rq[:rows, :n].double()), f"{config['kernel']}: codes differ"
@@ -195,7 +196,9 @@ def test_gemm_int32_exact(kernel_device, config, mnk):
     (ik._gemv(16, 1024, 4, 2), (1, 20, 8300)),   # the amax over more than one 8192-wide chunk
     (ik._fused(32, 64, 4, 2), (17, 40, 150)),    # two row blocks of 16
     (ik._fused(16, 128, 4, 2), (5, 20, 600)),    # the amax over three pipelined 256-wide chunks
-], ids=["gemv", "gemv-long-row", "dot", "dot-long-row"])
+    (ik._stream(16, 64, 4, 2), (17, 40, 600)),   # K split over the warps: two row blocks, a partial step
+    (ik._stream(32, 32, 2, 2), (1, 20, 512)),    # one row, K a multiple of the step
+], ids=["gemv", "gemv-long-row", "dot", "dot-long-row", "stream", "stream-one-row"])
 def test_fused_int32_exact(kernel_device, config, mnk):
     m, n, k = mnk
     x = unit_scale_rows(m, k, kernel_device)  # the last column sets the scale: a missed chunk shows
@@ -210,6 +213,7 @@ def test_fused_int32_exact(kernel_device, config, mnk):
 LINEAR_CONFIGS = {
     "gemv": ik._gemv(16, 64, 4, 2),
     "fused-dot": ik._fused(32, 64, 4, 2),
+    "stream": ik._stream(16, 32, 4, 2),
     "two-pass-16": ik._two_pass(16, 32, 64, 4, 2),
     "two-pass-64": ik._two_pass(64, 64, 64, 4, 2),
     "two-pass-tma": ik._two_pass(32, 32, 64, 4, 2, mode="tma"),
@@ -243,7 +247,7 @@ def test_gemm_matches_reference(kernel_device, out_dtype):
     assert_scaled_close(y, ref32, f"gemm -> {out_dtype}")
 
 
-@pytest.mark.parametrize("m,k,kind", [(1, 96, "gemv"), (7, 96, "fused"), (16, 96, "fused"), (40, 96, "two_pass"),
+@pytest.mark.parametrize("m,k,kind", [(1, 96, "gemv"), (7, 96, "stream"), (16, 96, "stream"), (40, 96, "two_pass"),
                                       (40, 8200, "two_pass"), (300, 96, "two_pass")])
 def test_default_dispatch_by_m(kernel_device, m, k, kind):
     """Each M range's default branch runs and is right (config=None takes it on the CPU); long K at
