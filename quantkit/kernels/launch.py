@@ -10,7 +10,7 @@ straight to the compiled kernel's launcher, keyed by exactly what Triton special
 * tensors: dtype and whether the data pointer is 16-byte aligned;
 * ints: 1 (folded to a constant), divisibility by 16, and the integer width Triton picks;
 * floats and bools: nothing (Triton does not specialize them); None: itself;
-* host TMA descriptors: the element type and block shape.
+* host TMA descriptors: the element type and block shape (and, for Gluon's, the shared layout).
 
 The first launch for a key, a callable grid, an argument of another kind, a launch hook (profilers)
 or the interpreter all take Triton's own path, so the wrapper never changes what runs — only how
@@ -36,6 +36,10 @@ try:
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - older triton
     TensorDescriptor = ()
+try:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+except ImportError:  # pragma: no cover - triton without Gluon
+    GluonTensorDescriptor = ()
 
 
 class _Uncacheable(Exception):
@@ -63,6 +67,8 @@ def _spec(value):
         return None
     if TensorDescriptor and isinstance(value, TensorDescriptor):
         return ("desc", value.base.dtype, tuple(value.block_shape), getattr(value, "padding", None))
+    if GluonTensorDescriptor and isinstance(value, GluonTensorDescriptor):  # its layout is in the signature
+        return ("gluon desc", value.base.dtype, tuple(value.block_shape), value.layout, value.padding)
     raise _Uncacheable(type(value).__name__)
 
 

@@ -38,6 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from quantkit.kernels.launch import cached
 from quantkit.kernels.plan import note_unplannable
 from quantkit.reference.common import ceil_div
 
@@ -135,6 +136,7 @@ def _wo_int8_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stride_
 
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+_wo_int8_fast = cached(_wo_int8_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -149,24 +151,30 @@ def usable(x: torch.Tensor, weight_q: torch.Tensor) -> bool:
             and weight_q.is_contiguous() and weight_q.shape[1] % 16 == 0 and weight_q.data_ptr() % 16 == 0)
 
 
+@functools.lru_cache(maxsize=None)
+def _smem_layout(rows: int, cols: int, dtype):
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
+
+
 def descriptors(x: torch.Tensor, weight_q: torch.Tensor, block_m: int, block_n: int, block_k: int):
-    x_layout = gl.NVMMASharedLayout.get_default_for([block_m, block_k], _GL_DTYPES[x.dtype])
-    w_layout = gl.NVMMASharedLayout.get_default_for([block_n, block_k], gl.int8)
+    x_layout = _smem_layout(block_m, block_k, _GL_DTYPES[x.dtype])
+    w_layout = _smem_layout(block_n, block_k, gl.int8)
     return (TensorDescriptor(x, list(x.shape), list(x.stride()), [block_m, block_k], x_layout),
             TensorDescriptor(weight_q, list(weight_q.shape), list(weight_q.stride()), [block_n, block_k], w_layout))
 
 
 def launch(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
-    """One launch of the kernel for ``out = x @ weight_q^T * weight_scale (+ bias)``. Host TMA
-    descriptors are built per call (a few µs; this path runs at M > 256 only), so the call is not
-    replayed by launch plans."""
+    """One launch of the kernel for ``out = x @ weight_q^T * weight_scale (+ bias)``, through
+    :func:`quantkit.kernels.launch.cached` (Triton's own launch path costs this kernel 100-500 µs of
+    host time, more than its GPU time at M = 1024). Host TMA descriptors are built per call, so the
+    call is not replayed by launch plans (they would keep the recorded addresses)."""
     M, K = x.shape
     N = weight_q.shape[0]
     bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
     x_desc, w_desc = descriptors(x, weight_q, bm, bn, bk)
     note_unplannable("a Gluon launch with host TMA descriptors")
     grid = (ceil_div(M, bm) * ceil_div(N, bn),)
-    _wo_int8_kernel[grid](x_desc, w_desc, weight_scale, bias if bias is not None else weight_scale, out, M, N, K,
+    _wo_int8_fast[grid](x_desc, w_desc, weight_scale, bias if bias is not None else weight_scale, out, M, N, K,
                           out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg.get("GROUP_M", 8)),
                           STAGES=int(cfg["num_stages"]), INSTR_N=min(bn, 256), num_warps=int(cfg["num_warps"]))
 

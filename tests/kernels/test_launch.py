@@ -27,6 +27,26 @@ def test_spec_separates_what_triton_specializes_on():
             assert _arg_key([a], [False]) == (_spec(a),)  # the inlined key is _spec's
 
 
+def test_gluon_descriptors_key_like_their_triton_signature():
+    """Two Gluon host descriptors share a key only if Triton's signature for them (dtype, block
+    shape, shared layout) is the same: the launcher never reuses a kernel compiled for another."""
+    gluon_hopper = pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    from triton.experimental.gluon import language as gl
+    from triton.runtime.jit import mangle_type
+
+    x = torch.empty(256, 256, dtype=torch.bfloat16)
+    descs = []
+    for dtype, block in ((gl.bfloat16, [128, 64]), (gl.bfloat16, [64, 64]), (gl.float16, [128, 64])):
+        t = x if dtype == gl.bfloat16 else x.half()
+        layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+        descs.append(gluon_hopper.TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout))
+    descs.append(gluon_hopper.TensorDescriptor(x[:128], [128, 256], [256, 1], [128, 64],
+                                               gl.NVMMASharedLayout.get_default_for([128, 64], gl.bfloat16)))
+    for a in descs:
+        for b in descs:
+            assert (_spec(a) == _spec(b)) == (mangle_type(a) == mangle_type(b)), (a, b)
+
+
 @pytest.mark.gpu
 def test_cached_launch_matches_triton_launch():
     from quantkit.kernels.launch import cached
