@@ -212,7 +212,10 @@ def test_planned_layers_match_unplanned_kernels_gpu(recipe):
 
     reasons = {str(r) for r in resolve(recipe.replace("-", "_"), "linear", torch.device("cuda", 0)).plans.values()
                if isinstance(r, str)}
-    assert not reasons, f"{recipe}: calls not planned: {reasons}"
+    # The one documented exception: int8 weight-only above M = 256 on sm_90 runs the Gluon kernel,
+    # whose host TMA descriptors carry addresses a replay would not update (notes/launch_plans.md).
+    allowed = {"a Gluon launch with host TMA descriptors"} if recipe == "int8-weight-only" else set()
+    assert reasons <= allowed, f"{recipe}: calls not planned: {reasons - allowed}"
 
 
 
