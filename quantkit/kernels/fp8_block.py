@@ -714,7 +714,7 @@ def default_config(M: int, N: int, K: int) -> dict:
 _DECODE_1 = [_swap(64, 1, 2, 4, 5, True), _stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(32, 1, 8, 4),
              _stream(16, 1, 4, 3)]
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _swap(128, 16, 2, 4, 3, True), _stream(32, 16, 4, 3),
-              _stream(32, 16, 8, 3), _stream(32, 8, 4, 3), _stream(32, 4, 4, 3), _stream(16, 8, 4, 3),
+              _stream(32, 16, 8, 3), _stream(32, 8, 4, 3), _stream(64, 8, 4, 3), _stream(64, 4, 4, 3),
               _stream(32, 8, 4, 4)]
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 128, 1, 4, 4, False), _swap(64, 64, 1, 4, 4, False),
         _tiled(64, 128, 4, 4, False)]

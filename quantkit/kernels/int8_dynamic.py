@@ -641,7 +641,7 @@ def default_config(M: int, N: int, K: int) -> dict:
 # The search space: one list per M range, <= 8 configs each, 24 distinct over the benchmark cells.
 _GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4, 4)]
 _FUSED_CANDIDATES = [_fused(32, 256, 8, 4), _fused(64, 256, 8, 3), _fused(32, 256, 4, 4), _stream(32, 128, 4, 3),
-                     _stream(32, 128, 8, 3), _stream(64, 128, 4, 3), _stream(32, 128, 4, 3, bm=8),
+                     _stream(64, 128, 4, 3, bm=8), _stream(32, 64, 8, 3, bm=8), _stream(32, 128, 4, 3, bm=8),
                      _stream(32, 128, 8, 3, bm=8)]
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
