@@ -384,11 +384,12 @@ def _mma_ss_config(block_m: int, block_n: int, block_k: int, warps: int, stages:
             "num_warps": warps, "num_stages": stages}
 
 
-def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stages: int, group: int = 8) -> dict:
+def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stages: int, group: int = 8,
+                      ws: bool = False) -> dict:
     """The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, 16-bit x, K % 16 == 0);
-    elsewhere the ``mma_ss`` default runs instead."""
+    elsewhere the ``mma_ss`` default runs instead. ``ws``: its warp-specialized variant."""
     return {"kernel": "tma_wgmma", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group,
-            "num_warps": warps, "num_stages": stages}
+            "num_warps": warps, "num_stages": stages, "WS": ws}
 
 
 def _pow2_at_least(v: int) -> int:
@@ -488,8 +489,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _mma_ss_config(256, 128, 64, 8, 3),
             _mma_ss_config(128, 128, 64, 8, 4),
             _tma_wgmma_config(256, 128, 64, 8, 4),
-            _tma_wgmma_config(256, 128, 64, 8, 4, group=16),
-            _tma_wgmma_config(256, 128, 32, 8, 8),
+            _tma_wgmma_config(256, 128, 64, 8, 4, ws=True),
+            _tma_wgmma_config(256, 128, 32, 8, 9, ws=True),
         ]
     if default not in cands:
         cands.insert(0, default)

@@ -20,6 +20,12 @@ buffer a step writes before its barrier is therefore the one step k - 3 read (th
 step k's barrier, the wgmma of step k - 2 is retired everywhere, so its ring slot is refilled there,
 with tile k + STAGES - 2: STAGES - 2 tiles are in flight ahead of the one being converted.
 
+The warp-specialized variant (``_wo_int8_ws_kernel``, config ``WS``) gives each job its own warps and
+replaces the CTA barriers with mbarrier hand-offs: one warp issues the TMA loads as soon as a ring
+slot is released, four warps convert int8 tiles into a two-deep bf16 operand ring, and the default
+warps (two warpgroups) only wait, issue wgmmas and release what the retired wgmma read. A slot is free
+as soon as its tile is consumed, so all STAGES tiles can be in flight.
+
 Numerics are those of ``int8_weight_only_linear``: float32 accumulation in the tensor cores, the
 per-channel scale and the bias applied once to the float32 sum, one rounding to x.dtype.
 
@@ -135,8 +141,128 @@ def _wo_int8_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stride_
     gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
 
 
+@gluon.jit
+def _load_partition(x_desc, w_desc, x_ring, w_ring, ready, x_empty, w_empty, off_m, off_n, num_k,
+                    STAGES: gl.constexpr):
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    tile_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    for k in range(num_k):
+        s = k % STAGES
+        free_phase = ((k // STAGES) & 1) ^ 1  # a fresh barrier passes a wait on parity 1
+        mbarrier.wait(x_empty.index(s), free_phase)
+        mbarrier.wait(w_empty.index(s), free_phase)
+        mbarrier.expect(ready.index(s), tile_bytes)
+        tma.async_copy_global_to_shared(x_desc, [off_m, k * BLOCK_K], ready.index(s), x_ring.index(s))
+        tma.async_copy_global_to_shared(w_desc, [off_n, k * BLOCK_K], ready.index(s), w_ring.index(s))
+
+
+@gluon.jit
+def _convert_partition(w_ring, b_ring, ready, w_empty, b_ready, b_empty, num_k, STAGES: gl.constexpr,
+                       BUFS: gl.constexpr, dtype: gl.constexpr, cvt_layout: gl.constexpr):
+    for k in range(num_k):
+        s = k % STAGES
+        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        q = w_ring.index(s).load(cvt_layout)
+        gl.thread_barrier()
+        mbarrier.arrive(w_empty.index(s), count=1)
+        j = k % BUFS
+        mbarrier.wait(b_empty.index(j), ((k // BUFS) & 1) ^ 1)
+        b_ring.index(j).store(q.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(b_ready.index(j), count=1)
+
+
+@gluon.jit
+def _mma_partition(x_ring, b_ring, ready, b_ready, x_empty, b_empty, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym,
+                   off_m, off_n, num_k, HAS_BIAS: gl.constexpr, STAGES: gl.constexpr, BUFS: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, mma_layout: gl.constexpr):
+    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.float32, mma_layout)
+    mbarrier.wait(ready.index(0), 0)
+    mbarrier.wait(b_ready.index(0), 0)
+    acc = warpgroup_mma(x_ring.index(0), b_ring.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    for k in range(1, num_k):
+        s = k % STAGES
+        j = k % BUFS
+        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        mbarrier.wait(b_ready.index(j), (k // BUFS) & 1)
+        acc = warpgroup_mma(x_ring.index(s), b_ring.index(j).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        gl.thread_barrier()  # both warpgroups retired step k - 1
+        mbarrier.arrive(x_empty.index((k - 1) % STAGES), count=1)
+        mbarrier.arrive(b_empty.index((k - 1) % BUFS), count=1)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
+    n_ok = offs_n < N
+    y = acc * gl.load(scale_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
+    ptrs = y_ptr + offs_m.to(gl.int64)[:, None] * stride_ym + offs_n[None, :]
+    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
+
+
+@gluon.jit
+def _wo_int8_ws_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stride_ym,
+                    HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                    INSTR_N: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    dtype: gl.constexpr = x_desc.dtype
+    BUFS: gl.constexpr = 2  # the converter and the MMA warps hand buffers over through mbarriers
+    CVT_WARPS: gl.constexpr = 4
+
+    pid = gl.program_id(0)
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = gl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+
+    x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+    w_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_K], dtype)
+    b_ring = gl.allocate_shared_memory(dtype, [BUFS, BLOCK_N, BLOCK_K], b_layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    x_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    b_ready = gl.allocate_shared_memory(gl.int64, [BUFS, 1], mbarrier.MBarrierLayout())
+    b_empty = gl.allocate_shared_memory(gl.int64, [BUFS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(x_empty.index(i), count=1)
+        mbarrier.init(w_empty.index(i), count=1)
+    for i in gl.static_range(BUFS):
+        mbarrier.init(b_ready.index(i), count=1)
+        mbarrier.init(b_empty.index(i), count=1)
+
+    num_k = gl.cdiv(K, BLOCK_K)
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, INSTR_N, 16])
+    TPW_K: gl.constexpr = BLOCK_K // 16
+    cvt_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[32 // TPW_K, TPW_K],
+                                                warps_per_cta=[CVT_WARPS, 1], order=[1, 0])
+    # Default partition (num_warps warps, two warpgroups): the wgmmas and the epilogue. Workers: one
+    # warp issuing the TMA loads, four warps converting int8 tiles into the bf16 operand ring.
+    gl.warp_specialize([
+        (_mma_partition, (x_ring, b_ring, ready, b_ready, x_empty, b_empty, scale_ptr, bias_ptr, y_ptr, M, N,
+                          stride_ym, off_m, off_n, num_k, HAS_BIAS, STAGES, BUFS, BLOCK_M, BLOCK_N, mma_layout)),
+        (_load_partition, (x_desc, w_desc, x_ring, w_ring, ready, x_empty, w_empty, off_m, off_n, num_k, STAGES)),
+        (_convert_partition, (w_ring, b_ring, ready, w_empty, b_ready, b_empty, num_k, STAGES, BUFS, dtype,
+                              cvt_layout)),
+    ], [1, CVT_WARPS], [24, 80])
+
+
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 _wo_int8_fast = cached(_wo_int8_kernel)
+_wo_int8_ws_fast = cached(_wo_int8_ws_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,7 +300,8 @@ def launch(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
     x_desc, w_desc = descriptors(x, weight_q, bm, bn, bk)
     note_unplannable("a Gluon launch with host TMA descriptors")
     grid = (ceil_div(M, bm) * ceil_div(N, bn),)
-    _wo_int8_fast[grid](x_desc, w_desc, weight_scale, bias if bias is not None else weight_scale, out, M, N, K,
-                          out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg.get("GROUP_M", 8)),
-                          STAGES=int(cfg["num_stages"]), INSTR_N=min(bn, 256), num_warps=int(cfg["num_warps"]))
+    fast = _wo_int8_ws_fast if cfg.get("WS") else _wo_int8_fast
+    fast[grid](x_desc, w_desc, weight_scale, bias if bias is not None else weight_scale, out, M, N, K,
+               out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg.get("GROUP_M", 8)),
+               STAGES=int(cfg["num_stages"]), INSTR_N=min(bn, 256), num_warps=int(cfg["num_warps"]))
 

@@ -54,7 +54,7 @@ def _compile_main() -> None:
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         x, w = torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 4096, dtype=torch.int8)
         x_desc, w_desc = g.descriptors(x, w, bm, bn, bk)
-        fn = g._wo_int8_kernel
+        fn = g._wo_int8_ws_kernel if cfg["WS"] else g._wo_int8_kernel
         out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
         sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), scale_ptr="*fp32", bias_ptr=out,
                    y_ptr=out, M="i32", N="i32", K="i32", stride_ym="i32", HAS_BIAS="constexpr", GROUP_M="constexpr",
@@ -165,13 +165,13 @@ def test_gpu_strided_rows_and_cuda_graph():
     weight_q, weight_scale = quantize_weight_int8_per_channel(torch.randn(512, 1024, device="cuda") * 0.02)
     base = torch.randn(600, 1032, device="cuda").to(torch.bfloat16)
     x = base[:, 8:]  # row stride 1032 elements: 16-byte aligned rows, not contiguous
-    cfg = _candidates()[0]
     exact, bound = _fp32_bound(x, weight_q, weight_scale, None, torch.bfloat16)
-    y = k.linear(x, weight_q, weight_scale, config=cfg)
-    _assert_within(y, exact, bound, "strided x rows")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_graph = k.linear(x, weight_q, weight_scale, config=cfg)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(y_graph, y)
+    for cfg in _candidates():  # the plain and the warp-specialized kernel
+        y = k.linear(x, weight_q, weight_scale, config=cfg)
+        _assert_within(y, exact, bound, f"strided x rows {cfg}")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y_graph = k.linear(x, weight_q, weight_scale, config=cfg)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y_graph, y), cfg
