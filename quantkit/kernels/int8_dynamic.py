@@ -150,6 +150,22 @@ def _codes(v, scale, inv, COMPILED: tl.constexpr):
 
 
 @triton.jit
+def _rows_scale(x_ptr, offs_m, m_mask, K, stride_xm, EPS: tl.constexpr, BLOCK_M: tl.constexpr,
+                AMAX_BLOCK: tl.constexpr, AMAX_STAGES: tl.constexpr):
+    """(scale, RN(1 / scale)) of x rows ``offs_m`` (masked rows read as 0). The amax loop is pipelined:
+    a row is K / AMAX_BLOCK dependent L2 round trips otherwise."""
+    bits_ptr, sign_mask = _abs_bits(x_ptr)
+    bits_rows = bits_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
+    offs_a = tl.arange(0, AMAX_BLOCK)
+    amax = tl.zeros([BLOCK_M, AMAX_BLOCK], dtype=tl.int32)
+    for k0 in tl.range(0, K, AMAX_BLOCK, num_stages=AMAX_STAGES):
+        xa = tl.load(bits_rows + k0 + offs_a[None, :], mask=m_mask[:, None] & (k0 + offs_a[None, :] < K), other=0)
+        amax = tl.maximum(amax, xa.to(tl.int32) & sign_mask)
+    amax_f = tl.max(amax, axis=1).to(bits_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty, bitcast=True)
+    return _row_scale(amax_f.to(tl.float32), EPS)
+
+
+@triton.jit
 def _store_scaled(acc, a_s, offs_m, offs_n, M, N, b_scale_ptr, bias_ptr, c_ptr, stride_cm,
                   HAS_BIAS: tl.constexpr):
     """y = (f32(acc) * a_s[m]) * b_s[n] (+ bias[n]) -> c's dtype, masked to [M, N]."""
@@ -284,17 +300,8 @@ def _fused_dot_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, M, N, K, strid
     m_mask = offs_m < M
     x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
 
-    # Per-token amax of the BLOCK_M rows (rows past M read as 0: codes 0, never stored), pipelined:
-    # a row is K / AMAX_BLOCK dependent L2 round trips otherwise.
-    bits_ptr, sign_mask = _abs_bits(x_ptr)
-    bits_rows = bits_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
-    offs_a = tl.arange(0, AMAX_BLOCK)
-    amax = tl.zeros([BLOCK_M, AMAX_BLOCK], dtype=tl.int32)
-    for k0 in tl.range(0, K, AMAX_BLOCK, num_stages=AMAX_STAGES):
-        xa = tl.load(bits_rows + k0 + offs_a[None, :], mask=m_mask[:, None] & (k0 + offs_a[None, :] < K), other=0)
-        amax = tl.maximum(amax, xa.to(tl.int32) & sign_mask)
-    amax_f = tl.max(amax, axis=1).to(bits_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty, bitcast=True)
-    scale, inv = _row_scale(amax_f.to(tl.float32), EPS)
+    # Per-token scales of the BLOCK_M rows (rows past M read as 0: codes 0, never stored).
+    scale, inv = _rows_scale(x_ptr, offs_m, m_mask, K, stride_xm, EPS, BLOCK_M, AMAX_BLOCK, AMAX_STAGES)
     scale_b = tl.broadcast_to(scale[:, None], [BLOCK_M, BLOCK_K])
     inv_b = tl.broadcast_to(inv[:, None], [BLOCK_M, BLOCK_K])
 
@@ -331,16 +338,8 @@ def _fused_stream_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, M, N, K, st
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_mask = offs_m < M
 
-    # Per-token amax of the BLOCK_M rows, as in _fused_dot_kernel (rows past M read as 0).
-    bits_ptr, sign_mask = _abs_bits(x_ptr)
-    bits_rows = bits_ptr + offs_m.to(tl.int64)[:, None] * stride_xm
-    offs_a = tl.arange(0, AMAX_BLOCK)
-    amax = tl.zeros([BLOCK_M, AMAX_BLOCK], dtype=tl.int32)
-    for k0 in tl.range(0, K, AMAX_BLOCK, num_stages=AMAX_STAGES):
-        xa = tl.load(bits_rows + k0 + offs_a[None, :], mask=m_mask[:, None] & (k0 + offs_a[None, :] < K), other=0)
-        amax = tl.maximum(amax, xa.to(tl.int32) & sign_mask)
-    amax_f = tl.max(amax, axis=1).to(bits_ptr.dtype.element_ty).to(x_ptr.dtype.element_ty, bitcast=True)
-    scale, inv = _row_scale(amax_f.to(tl.float32), EPS)
+    # Per-token scales of the BLOCK_M rows, as in _fused_dot_kernel (rows past M read as 0).
+    scale, inv = _rows_scale(x_ptr, offs_m, m_mask, K, stride_xm, EPS, BLOCK_M, AMAX_BLOCK, AMAX_STAGES)
     scale_b = tl.broadcast_to(scale[None, None, :], [SLICES, BLOCK_K, BLOCK_M])
     inv_b = tl.broadcast_to(inv[None, None, :], [SLICES, BLOCK_K, BLOCK_M])
 

@@ -50,6 +50,35 @@ from quantkit.reference.common import ceil_div
 
 
 @gluon.jit
+def _tile_origin(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """(row, column) of this program's output tile. Grouped launch order: GROUP_M row tiles sweep the
+    column tiles together, so the programs in flight share x and W tiles in L2."""
+    pid = gl.program_id(0)
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = gl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % group_rows
+    pid_n = (pid % per_group) // group_rows
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def _store_tile(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, HAS_BIAS: gl.constexpr,
+                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, mma_layout: gl.constexpr):
+    """y tile = acc · scale[n] (+ bias[n]), one rounding to y's dtype, masked to [M, N]."""
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
+    n_ok = offs_n < N
+    y = acc * gl.load(scale_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
+    if HAS_BIAS:
+        y = y + gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
+    ptrs = y_ptr + offs_m.to(gl.int64)[:, None] * stride_ym + offs_n[None, :]
+    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
+
+
+@gluon.jit
 def _step(k, num_k, acc, use_acc, x_desc, w_desc, x_ring, w_ring, b_bufs, ready, off_m, off_n,
           cvt_layout: gl.constexpr, tile_bytes: gl.constexpr, STAGES: gl.constexpr, AHEAD: gl.constexpr,
           BUFS: gl.constexpr):
@@ -84,17 +113,7 @@ def _wo_int8_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stride_
     dtype: gl.constexpr = x_desc.dtype
     BUFS: gl.constexpr = 3
 
-    # Grouped launch order: GROUP_M row tiles sweep the column tiles together (x and W reuse in L2).
-    pid = gl.program_id(0)
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = gl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
-    off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
+    off_m, off_n = _tile_origin(M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
     w_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
@@ -131,14 +150,8 @@ def _wo_int8_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stride_
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
-    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
-    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
-    n_ok = offs_n < N
-    y = acc * gl.load(scale_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
-    if HAS_BIAS:
-        y = y + gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
-    ptrs = y_ptr + offs_m.to(gl.int64)[:, None] * stride_ym + offs_n[None, :]
-    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
+    _store_tile(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, HAS_BIAS, BLOCK_M, BLOCK_N,
+                mma_layout)
 
 
 @gluon.jit
@@ -194,14 +207,8 @@ def _mma_partition(x_ring, b_ring, ready, b_ready, x_empty, b_empty, scale_ptr, 
         mbarrier.arrive(b_empty.index((k - 1) % BUFS), count=1)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
 
-    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
-    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
-    n_ok = offs_n < N
-    y = acc * gl.load(scale_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
-    if HAS_BIAS:
-        y = y + gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[None, :]
-    ptrs = y_ptr + offs_m.to(gl.int64)[:, None] * stride_ym + offs_n[None, :]
-    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
+    _store_tile(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, HAS_BIAS, BLOCK_M, BLOCK_N,
+                mma_layout)
 
 
 @gluon.jit
@@ -215,16 +222,7 @@ def _wo_int8_ws_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stri
     BUFS: gl.constexpr = 2  # the converter and the MMA warps hand buffers over through mbarriers
     CVT_WARPS: gl.constexpr = 4
 
-    pid = gl.program_id(0)
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = gl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
-    off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
+    off_m, off_n = _tile_origin(M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
     w_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
