@@ -73,6 +73,7 @@ import triton
 import triton.language as tl
 
 from quantkit.kernels.launch import cached
+from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import AMAX_EPS, ceil_div
 
 MIN_CAPABILITY = (8, 9)  # e4m3 conversions and fp8 MMA need Ada or Hopper
@@ -414,15 +415,8 @@ def _gemm_tiled_kernel(
     USE_TMA: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     """y[BLOCK_M, BLOCK_N] tile of x_q · Wᵀ; BLOCK_K == b and BLOCK_N divides b (one weight scale)."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
     # Grouped order: GROUP_M row-tiles sweep the N tiles together, so their W tiles are L2 hits.
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    pid_m, pid_n = grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

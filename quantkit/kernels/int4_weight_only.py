@@ -63,6 +63,7 @@ import triton
 import triton.language as tl
 
 from quantkit.kernels.launch import cached
+from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div
 
 MIN_CAPABILITY = (8, 0)
@@ -377,16 +378,7 @@ def _mma_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, ws_ptr,
                 EVEN_M: tl.constexpr, USE_WS: tl.constexpr, HAS_BIAS: tl.constexpr):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Grouped order: GROUP_M consecutive m-tiles walk the n-tiles together, so each weight tile and
-    # each activation tile is fetched from DRAM about once per group instead of once per program.
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = grouped_pid(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     BKW: tl.constexpr = BLOCK_K // 8
     w_ptr = w_ptr.to(tl.pointer_type(tl.int32))

@@ -72,6 +72,7 @@ from triton.language.extra import libdevice
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from quantkit.kernels.launch import cached
+from quantkit.kernels.tiling import grouped_pid
 from quantkit.kernels.tuning import get_config
 from quantkit.reference.common import AMAX_EPS, ceil_div
 
@@ -177,20 +178,6 @@ def _store_scaled(acc, a_s, offs_m, offs_n, M, N, b_scale_ptr, bias_ptr, c_ptr, 
         y = y + tl.load(bias_ptr + offs_n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
     tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
-
-
-@triton.jit
-def _grouped_pid(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    # GROUP_M row-blocks are swept together column by column, so their x rows and the weight
-    # columns they share stay in L2.
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    in_group = GROUP_M * num_pid_n
-    first_m = (tile // in_group) * GROUP_M
-    group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % in_group) % group_size
-    pid_n = (tile % in_group) // group_size
-    return pid_m, pid_n
 
 
 @triton.jit
@@ -374,7 +361,7 @@ def _gemm_kernel(a_ptr, a_scale_ptr, a_scale_off, b_ptr, b_scale_ptr, bias_ptr, 
     workspace), [SPLIT_K, M, N], for ``_splitk_reduce_kernel``."""
     if WAIT_PRIOR:
         gdc_wait()  # launched early (PDL): the quantization grid must be complete and visible
-    pid_m, pid_n = _grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     split = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -429,7 +416,7 @@ def _gemm_tma_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_ptr, bias
                      BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WAIT_PRIOR: tl.constexpr):
     if WAIT_PRIOR:
         gdc_wait()
-    pid_m, pid_n = _grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
@@ -452,6 +439,21 @@ def _tma_epilogue(acc, off_m, off_n, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, 
 
 
 @triton.jit
+def _persistent_tile(tile, a_desc, b_desc, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     GROUP_M: tl.constexpr):
+    """One output tile of the persistent kernel (tile number ``tile`` in grouped order)."""
+    pid_m, pid_n = grouped_pid(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
+        acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+    _tma_epilogue(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N,
+                  stride_cm, HAS_BIAS, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
 def _gemm_persistent_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_ptr, bias_ptr, c_ptr, M, N, K,
                             stride_cm, num_tiles, num_progs,
                             HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -465,27 +467,15 @@ def _gemm_persistent_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_pt
     pid = tl.program_id(0)
     if COMPILED:
         for tile in tl.range(pid, num_tiles, num_progs, flatten=True):
-            pid_m, pid_n = _grouped_pid(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
-            for k in range(0, tl.cdiv(K, BLOCK_K)):
-                a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-                b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
-                acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
-            _tma_epilogue(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N,
-                          stride_cm, HAS_BIAS, BLOCK_M, BLOCK_N)
+            _persistent_tile(tile, a_desc, b_desc, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
+                             HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
     else:
         # The interpreter's program id cannot bound a range(): a fixed trip count, the last tile
         # repeated (the same values stored twice) where a program has fewer tiles.
         for i in range(0, tl.cdiv(num_tiles, num_progs)):
             tile = tl.minimum(pid + i * num_progs, num_tiles - 1)
-            pid_m, pid_n = _grouped_pid(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
-            for k in range(0, tl.cdiv(K, BLOCK_K)):
-                a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-                b = b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])
-                acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
-            _tma_epilogue(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N,
-                          stride_cm, HAS_BIAS, BLOCK_M, BLOCK_N)
+            _persistent_tile(tile, a_desc, b_desc, a_scales, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
+                             HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
 
 
 _quant_rows_fast = cached(_quant_rows_kernel)

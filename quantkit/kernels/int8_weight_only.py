@@ -94,6 +94,7 @@ import triton.language as tl
 
 from quantkit.kernels import tuning
 from quantkit.kernels.launch import cached
+from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div  # not triton.cdiv: ~4 µs of host time a call
 
 MIN_CAPABILITY = (8, 0)
@@ -232,15 +233,9 @@ def _mma_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, 
     unfenced loop's hazard compiles it without."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    tiles_m = tl.cdiv(M, BLOCK_M)
     # GROUP_N weight tiles are swept across every activation tile before the next group starts, so
-    # the programs in flight share their weight and activation tiles in L2.
-    per_group = GROUP_N * tiles_m
-    first_n = (pid // per_group) * GROUP_N
-    group_size = tl.minimum(tiles_n - first_n, GROUP_N)
-    pid_n = first_n + (pid % per_group) % group_size
-    pid_m = (pid % per_group) // group_size
+    # the programs in flight share their weight and activation tiles in L2 (grouped along N).
+    pid_n, pid_m = grouped_pid(pid, N, M, BLOCK_N, BLOCK_M, GROUP_N)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rows_w = tl.minimum(offs_n, N - 1)  # clamped instead of masked: see _gemv_kernel
@@ -287,16 +282,7 @@ def _mma_ss_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_x
     acc[BLOCK_M, BLOCK_N] = X[m-tile, :] · W[n-tile, :]^T with both wgmma operands in shared memory:
     the int8 tile is read with 16-byte loads, converted once per step by all warps and stored as
     the B operand; Triton waits for the step's wgmmas before that buffer is written again."""
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    # GROUP_M activation tiles are swept across every weight tile before the next group starts
-    # (programs in flight share their tiles in L2).
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_size = tl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_size
-    pid_n = (pid % per_group) // group_size
+    pid_m, pid_n = grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rows_x = tl.minimum(offs_m, M - 1)  # clamped instead of masked: see _gemv_kernel

@@ -46,21 +46,14 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.plan import note_unplannable
+from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div
 
 
 @gluon.jit
 def _tile_origin(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
-    """(row, column) of this program's output tile. Grouped launch order: GROUP_M row tiles sweep the
-    column tiles together, so the programs in flight share x and W tiles in L2."""
-    pid = gl.program_id(0)
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_rows = gl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_rows
-    pid_n = (pid % per_group) // group_rows
+    """(row, column) of this program's output tile, in grouped launch order (L2 reuse)."""
+    pid_m, pid_n = grouped_pid(gl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     return pid_m * BLOCK_M, pid_n * BLOCK_N
 
 

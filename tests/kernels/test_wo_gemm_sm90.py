@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from quantkit.reference.int8 import quantize_weight_int8_per_channel
-from tests.kernels.test_int8_weight_only import _assert_within, _fp32_bound
+from tests.kernels.test_int8_weight_only import _assert_within, _fp32_bound, _sm90_tools
 
 _SMEM_LIMIT = 232448  # bytes of shared memory one CTA may use on sm_90
 
@@ -39,14 +39,12 @@ def _compile_main() -> None:
     """Run in a subprocess without TRITON_INTERPRET: compile each candidate (bf16, no bias) and the
     first with fp16 and a bias for sm_90; print one line each and 'ok' when all pass."""
     import triton
-    import triton.backends.nvidia as nv
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     from quantkit.kernels import wo_gemm_sm90 as g
 
-    ptxas = os.path.join(os.path.dirname(nv.__file__), "bin", "ptxas")
     jobs = [(c, torch.bfloat16, False) for c in _candidates()]
     jobs.append((jobs[0][0], torch.float16, True))
     failures = []
@@ -66,12 +64,7 @@ def _compile_main() -> None:
         kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                                 options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
         ptx = kernel.asm["ptx"]
-        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"quantkit_wo_gemm_{os.getpid()}.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        info = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", path, "-o", path + ".cubin"],
-                              capture_output=True, text=True).stderr
-        os.remove(path)
+        info, _ = _sm90_tools(kernel)
         spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
         smem = kernel.metadata.shared
         overlap = ("wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
@@ -113,8 +106,9 @@ def test_every_candidate_compiles_for_sm90():
         import triton.backends.nvidia  # noqa: F401
     except ImportError:
         pytest.skip("triton has no NVIDIA backend here")
-    if not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")):
-        pytest.skip("triton's ptxas is not available")
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    if not all(os.path.exists(os.path.join(bin_dir, t)) for t in ("ptxas", "nvdisasm")):
+        pytest.skip("triton's ptxas / nvdisasm are not available")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {key: v for key, v in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
