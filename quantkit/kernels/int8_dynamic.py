@@ -594,6 +594,15 @@ def _check_config(config: dict) -> None:
     missing = [k for k in keys if k not in config]
     if missing:
         raise ValueError(f"int8_dynamic config {config!r} lacks {missing}")
+    if kind == "stream":
+        def pow2(v):
+            return isinstance(v, int) and v >= 1 and v & (v - 1) == 0
+        # int8 mma.sync takes 16 weight rows and 32-deep K steps per warp slice; x rows up to 16.
+        if not (pow2(config["BLOCK_N"]) and config["BLOCK_N"] >= 16 and pow2(config["BLOCK_K"])
+                and config["BLOCK_K"] >= 32 and pow2(config["BLOCK_M"]) and config["BLOCK_M"] <= 16
+                and pow2(config["num_warps"])):
+            raise ValueError(f"int8_dynamic stream config: BLOCK_N a power of two >= 16, BLOCK_K a power of two "
+                             f">= 32, BLOCK_M a power of two <= 16 and num_warps a power of two, got {config!r}")
     if kind == "two_pass":
         if config["BLOCK_M"] < 16:
             raise ValueError(f"int8_dynamic two_pass config: BLOCK_M must be >= 16 (tl.dot), got {config!r}")

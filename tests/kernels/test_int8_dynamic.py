@@ -342,6 +342,10 @@ def test_bad_configs_are_rejected():
         ik._check_config(dict(ik._two_pass(64, 64, 64, 4, 2), mode="cluster"))
     with pytest.raises(ValueError, match="BLOCK_M must be >= 16"):
         ik._check_config(ik._two_pass(8, 64, 64, 4, 2))
+    for bad in (ik._stream(8, 128, 4, 3), ik._stream(32, 16, 4, 3), ik._stream(32, 128, 4, 3, bm=32),
+                ik._stream(24, 128, 4, 3)):
+        with pytest.raises(ValueError, match="stream config"):
+            ik._check_config(bad)
     with pytest.raises(ValueError, match="SPLIT_K"):
         ik._check_config(ik._two_pass(64, 64, 64, 4, 2, mode="tma", split_k=2))
 
