@@ -35,7 +35,13 @@ Kernels (the reasoning, per-cell byte counts and predicted times are in notes/in
     product of the tile is scaled (BLOCK_K <= g). Grouped launch order, software-pipelined loads.
     With ``SPLIT_K`` > 1 the K range is split across programs that write float32 partials to a
     workspace [SPLIT_K, M, N] summed by ``_splitk_reduce_kernel`` (fixed order, adds the bias, casts).
-  * ``_dequant_kernel`` + cuBLAS (large M, ``{"kernel": "dequant_mm"}``, the default from M = 512):
+  * The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (large M on sm_90, ``{"kernel":
+    "tma_wgmma"}``, the default for 512 <= M < 2048): TMA ring of x tiles and packed weight tiles,
+    each packed byte converted in registers to ((q0 - z)·s, (q1 - z)·s) rounded once to x.dtype (the
+    numerics of ``SCALE_IN`` and ``dequant_mm``) straight into wgmma's register A operand, Y^T tiles.
+    Needs bf16/fp16 x with scales of the same dtype, K % 32 == 0 and whole groups per K step;
+    elsewhere ``dequant_mm`` runs instead.
+  * ``_dequant_kernel`` + cuBLAS (large M, ``{"kernel": "dequant_mm"}``, the default from M = 2048):
     the weight is dequantized into a temporary [N, K] tensor of x.dtype ((q - z)·s rounded once, as
     ``SCALE_IN``) and ``F.linear`` runs the GEMM. Where the GEMM is compute-bound this costs the
     N·K/2 + 2·N·K bytes of one pass (~14 µs at 4096x4096 on an H100) and gets cuBLAS' tensor-core
@@ -576,11 +582,14 @@ _KEYS = {
     "gemv": ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
     "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "GROUP_M", "SCALE_IN", "num_warps", "num_stages"),
     "dequant_mm": ("BLOCK_N", "BLOCK_K", "num_warps"),
+    "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
 }
 _POW2_KEYS = {"small": ("BLOCK_N", "CHUNKS", "num_warps"), "gemv": ("BLOCK_N", "BLOCK_K"),
-              "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K"), "dequant_mm": ("BLOCK_N", "BLOCK_K")}
+              "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K"), "dequant_mm": ("BLOCK_N", "BLOCK_K"),
+              "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")}
 _TARGET_PROGRAMS = 256  # about two per SM on an H100 (132 SMs): enough to hide a tail
 _DEQUANT_MM_MIN_M = 512  # from here cuBLAS on a dequantized weight beats the in-loop dequantization
+_TMA_WGMMA_MAX_M = 2048  # below it (and from _DEQUANT_MM_MIN_M) the Gluon kernel, where it can run
 
 
 def _small(bn, chunks, warps, stages) -> dict:
@@ -602,6 +611,13 @@ def _mma(bm, bn, bk, split, warps, stages, scale_in, group_m=8) -> dict:
 def _dequant_mm(bn=32, bk=256, warps=4) -> dict:
     """Dequantize to x.dtype in [BLOCK_N, BLOCK_K] tiles, then cuBLAS (``F.linear``)."""
     return {"kernel": "dequant_mm", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps}
+
+
+def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8) -> dict:
+    """The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, scales in x's 16-bit dtype):
+    Y^T tiles with the dequantized weight as wgmma's register operand. Elsewhere ``dequant_mm``."""
+    return {"kernel": "tma_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
+            "num_warps": warps, "num_stages": stages}
 
 
 def _check_config(config: dict) -> None:
@@ -661,7 +677,10 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M <= _SMALL_MAX_M:
         return _default_small(M, N, K)
     if M >= _DEQUANT_MM_MIN_M:
-        return _dequant_mm()
+        # The Gluon kernel (dequant_mm where it cannot run) wins where the dequantization pass is a
+        # large share of cuBLAS' time; from ~2K rows the pass is paid back (H100 sweep: 0.81-0.95x of
+        # dequant_mm's time at M = 1024, 1.03-1.17x at M = 4096).
+        return _tma_wgmma() if M < _TMA_WGMMA_MAX_M else _dequant_mm()
     return _default_mma(M, N, K)
 
 
@@ -678,8 +697,9 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     if M <= 256:
         return [_mma(64, 64, 128, 1, 4, 4, False), _mma(64, 128, 64, 2, 4, 4, True), _mma(64, 64, 128, 2, 4, 4, False),
                 _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True)]
-    return [_mma(128, 128, 64, 1, 8, 4, True), _mma(256, 128, 64, 1, 8, 3, True), _mma(128, 256, 64, 1, 8, 3, True),
-            _dequant_mm(), _dequant_mm(64, 256, 8), _dequant_mm(16, 512, 4)]
+    return [_mma(128, 128, 64, 1, 8, 4, True), _mma(256, 128, 64, 1, 8, 3, True), _dequant_mm(),
+            _dequant_mm(64, 256, 8), _dequant_mm(16, 512, 4), _tma_wgmma(), _tma_wgmma(stages=6),
+            _tma_wgmma(bk=32, stages=8)]
 
 
 def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tuple:
@@ -835,6 +855,15 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
     if kind == "gemv" and M != 1:
         config = default_config(M, N, K)
         kind = config["kernel"]
+    if kind == "tma_wgmma":
+        from quantkit.kernels import wo_gemm_sm90
+
+        if M > 0 and N > 0 and wo_gemm_sm90.usable_int4(x, weight_packed, weight_scale, group_size,
+                                                          config["BLOCK_K"]):
+            y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+            wo_gemm_sm90.launch_int4(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
+            return y
+        config, kind = _dequant_mm(), "dequant_mm"  # where the Gluon kernel cannot run
     if kind == "dequant_mm" and M > 0 and N > 0:
         return _run_dequant_mm(x, weight_packed, weight_scale, weight_zero_point, bias, group_size, config)
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)

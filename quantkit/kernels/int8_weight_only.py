@@ -42,8 +42,10 @@ Kernels (the config, chosen by problem size, names one; see :func:`default_confi
             conversion with MMAs; x tiles are cp.async-pipelined. The M > 256 kernel wherever the
             Gluon one below cannot run (fp32 x, not sm_90, K % 16 != 0, unaligned rows).
     tma_wgmma  for M > 256 on sm_90: the Gluon kernels of :mod:`quantkit.kernels.wo_gemm_sm90`
-            (TMA ring, asynchronous wgmma, the next tile converted while the previous MMA runs;
-            ``WS``: the warp-specialized variant). 1.1-1.4x the speed of ``mma_ss`` on the H100.
+            (TMA ring, asynchronous wgmma, the next tile converted while the previous MMA runs).
+            ``RS`` (the default): Y^T tiles with the converted weight as wgmma's register operand,
+            1.6-1.8x the speed of ``mma_ss`` on the H100; without it the weight is converted into a
+            shared-memory operand (``WS``: warp-specialized), 1.1-1.4x.
 
 The wgmma fence (correctness of ``mma``): with a register A operand, Triton 3.6 splits each
 step's dot into k16 wgmmas and leaves up to three of them in flight across the loop's back edge
@@ -375,11 +377,13 @@ def _mma_ss_config(block_m: int, block_n: int, block_k: int, warps: int, stages:
 
 
 def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stages: int, group: int = 8,
-                      ws: bool = False) -> dict:
-    """The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, 16-bit x, K % 16 == 0);
-    elsewhere the ``mma_ss`` default runs instead. ``ws``: its warp-specialized variant."""
+                      ws: bool = False, rs: bool = False) -> dict:
+    """The Gluon kernels of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, 16-bit x, K % 16 == 0);
+    elsewhere the ``mma_ss`` default runs instead. ``ws``: the warp-specialized variant; ``rs``: the
+    variant with the converted weight as wgmma's register operand."""
+    assert not (ws and rs), "the register-operand kernel has no warp-specialized variant"
     return {"kernel": "tma_wgmma", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group,
-            "num_warps": warps, "num_stages": stages, "WS": ws}
+            "num_warps": warps, "num_stages": stages, "WS": ws, "RS": rs}
 
 
 def _pow2_at_least(v: int) -> int:
@@ -425,11 +429,11 @@ def default_config(M: int, N: int, K: int) -> dict:
         return _mma_config(64, block_m, 128, 4, 4, split)
     if M <= 256:
         return _mma_config(64, 128, 128, 4, 4)
-    # The Gluon kernel (sm_90, 16-bit x, K % 16 == 0; mma_ss 256x128x64 elsewhere): 1.1-1.3x faster
-    # than mma_ss in the H100 sweep. 256-row tiles: the conversion of each weight tile serves 256 x
-    # rows; four 40 KB ring slots (two tiles in flight) are what shared memory leaves next to the
-    # three 16 KB operand buffers, and fewer in flight measured far slower (notes/int8_weight_only.md).
-    return _tma_wgmma_config(256, 128, 64, 8, 4)
+    # The Gluon register-operand kernel (sm_90, 16-bit x, K % 16 == 0; mma_ss 256x128x64 elsewhere):
+    # 1.6-1.8x faster than mma_ss and 1.2-1.3x faster than the shared-operand Gluon kernels in the
+    # H100 sweep, the winner in all six large-M cells. 256 x rows per tile: each converted weight
+    # fragment serves 256 rows (notes/int8_weight_only.md, round 5).
+    return _tma_wgmma_config(256, 128, 64, 8, 4, rs=True)
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
@@ -440,7 +444,6 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         cands = [
             _gemv_config(16, 512, 4, 3),
             _gemv_config(8, 512, 4, 3),
-            _gemv_config(16, 512, 4, 4),
             _gemv_config(8, 1024, 4, 3),
             _gemv_config(8, 512, 4, 1),
             _stream_config(16, 512, 4, 4),
@@ -477,10 +480,11 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     else:
         cands = [
             _mma_ss_config(256, 128, 64, 8, 3),
-            _mma_ss_config(128, 128, 64, 8, 4),
             _tma_wgmma_config(256, 128, 64, 8, 4),
             _tma_wgmma_config(256, 128, 64, 8, 4, ws=True),
-            _tma_wgmma_config(256, 128, 32, 8, 9, ws=True),
+            _tma_wgmma_config(256, 128, 64, 8, 4, rs=True),
+            _tma_wgmma_config(256, 128, 64, 8, 5, rs=True),
+            _tma_wgmma_config(256, 128, 32, 8, 8, rs=True),
         ]
     if default not in cands:
         cands.insert(0, default)

@@ -26,6 +26,19 @@ slot is released, four warps convert int8 tiles into a two-deep bf16 operand rin
 warps (two warpgroups) only wait, issue wgmmas and release what the retired wgmma read. A slot is free
 as soon as its tile is consumed, so all STAGES tiles can be in flight.
 
+The register-operand variant (``_wo_int8_rs_kernel``, config ``RS``) swaps the operands: it computes
+Y^T tiles = W_tile · X_tile^T with the converted weight as wgmma's A operand *in registers* and the x
+tile (as TMA wrote it) as the B operand in shared memory. No 16-bit copy of the weight is written to
+shared memory or read back, and no CTA barrier separates a conversion from its wgmma: per 256 x rows
+× 128 weight rows × 64 K the shared-memory traffic drops from ~160 KB (x and the operand read by two
+warpgroups, the operand written, TMA writes) to ~112 KB, below the ~128 B/clk the SM delivers at the
+tensor cores' 1,024-clock step (notes/int8_weight_only.md, round 5). Each warp converts step k + 1
+while its wgmma of step k runs; the loop is unrolled by two so that the two steps' A fragments are
+different PTX registers (rewriting the registers an in-flight wgmma reads is undefined behaviour, and
+with one value per step the next step's conversion would do exactly that). ptxas keeps both sets
+live until the ``wgmma.wait_group`` that retires them; the CPU test checks the SASS for any write to
+an in-flight A fragment. The K steps are rounded up to an even count (one zero-filled step at most).
+
 Numerics are those of ``int8_weight_only_linear``: float32 accumulation in the tensor cores, the
 per-channel scale and the bias applied once to the float32 sum, one rounding to x.dtype.
 
@@ -251,9 +264,295 @@ def _wo_int8_ws_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stri
     ], [1, CVT_WARPS], [24, 80])
 
 
+@gluon.jit
+def _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, HAS_SCALE: gl.constexpr,
+                           HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                           num_warps: gl.constexpr):
+    """y tile from a Y^T accumulator [BLOCK_N, BLOCK_M]: acc (· scale[n]) (+ bias[n]), one rounding to
+    y's dtype, then moved (through shared memory) to a layout in which each thread holds 8 outputs
+    that are consecutive in y's rows, for 16-byte stores."""
+    TPW_N: gl.constexpr = min(BLOCK_N // 8, 32)
+    out_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[TPW_N, 32 // TPW_N],
+                                                warps_per_cta=[1, num_warps], order=[0, 1])
+    mma_layout: gl.constexpr = acc.type.layout
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma_layout))
+    n_ok = offs_n < N
+    y = acc
+    if HAS_SCALE:
+        y = y * gl.load(scale_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[:, None]
+    if HAS_BIAS:
+        y = y + gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)[:, None]
+    y = gl.convert_layout(y.to(y_ptr.dtype.element_ty), out_layout)
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out_layout))
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, out_layout))
+    ptrs = y_ptr + offs_m.to(gl.int64)[None, :] * stride_ym + offs_n[:, None]
+    gl.store(ptrs, y, mask=(offs_n < N)[:, None] & (offs_m < M)[None, :])
+
+
+# int8 pairs (one 16-bit register: the A fragment holds two consecutive k per register) to 16-bit
+# float pairs, exactly, in 4 instructions (Triton's generic conversion of this layout takes ~7.5).
+# The bytes b0, b1 are first spread to the low bytes of the two halves (t = 0x00b1_00b0). bf16 (7
+# mantissa bits): v = 0x4300 | (b & 0x7f) is 128 + (b & 127) and c = 0x4300 | (b & 0x80) is 128 or
+# 256 (bit 7 is the exponent's lowest bit), so v - c = b - 256·(b >> 7) = q. fp16 (10 mantissa bits):
+# v = 0x6400 | (b ^ 0x80) is 1024 + q + 128, minus 1152 (0x6480) is q. Both subtractions are exact.
+_ASM_I8X2_TO_BF16X2 = gl.constexpr("""{
+    .reg .b32 t, v, c;
+    cvt.u32.u16 t, $1;
+    prmt.b32 t, t, 0, 0x7170;
+    lop3.b32 v, t, 0x007f007f, 0x43004300, 0xea;
+    lop3.b32 c, t, 0x00800080, 0x43004300, 0xea;
+    sub.rn.bf16x2 $0, v, c;
+}""")
+_ASM_I8X2_TO_F16X2 = gl.constexpr("""{
+    .reg .b32 t, v, c;
+    cvt.u32.u16 t, $1;
+    prmt.b32 t, t, 0, 0x7170;
+    lop3.b32 v, t, 0x00800080, 0x64006400, 0xbe;
+    mov.b32 c, 0x64806480;
+    sub.rn.f16x2 $0, v, c;
+}""")
+
+
+@gluon.jit
+def _int8_pairs_to_16bit(q, dtype: gl.constexpr):
+    if dtype == gl.bfloat16:
+        return gl.inline_asm_elementwise(_ASM_I8X2_TO_BF16X2, "=r,h", [q], dtype=gl.bfloat16, is_pure=True, pack=2)
+    else:
+        return gl.inline_asm_elementwise(_ASM_I8X2_TO_F16X2, "=r,h", [q], dtype=gl.float16, is_pure=True, pack=2)
+
+
+@gluon.jit
+def _rs_refill(k, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES: gl.constexpr):
+    """Issue the TMA loads of tile k into its ring slot (nothing past the last tile). The weight's
+    tile is BLOCK_K columns of int8 or BLOCK_K / 2 bytes of packed int4."""
+    X_COLS: gl.constexpr = x_desc.block_type.shape[1]
+    W_COLS: gl.constexpr = w_desc.block_type.shape[1]
+    tile_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    s = k % STAGES
+    pred = k < num_k
+    mbarrier.expect(ready.index(s), tile_bytes, pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [off_m, k * X_COLS], ready.index(s), x_ring.index(s), pred=pred)
+    tma.async_copy_global_to_shared(w_desc, [off_n, k * W_COLS], ready.index(s), w_ring.index(s), pred=pred)
+
+
+@gluon.jit
+def _rs_step(k, acc, x_ring, w_ring, ready, a_layout: gl.constexpr, STAGES: gl.constexpr):
+    """Wait for tile k, convert its weight rows into A registers, issue the wgmma; returns (acc, a)."""
+    s = k % STAGES
+    mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+    a = _int8_pairs_to_16bit(w_ring.index(s).load(a_layout), x_ring.dtype)
+    acc = warpgroup_mma(a, x_ring.index(s).permute((1, 0)), acc, is_async=True)
+    return acc, a
+
+
+@gluon.jit
+def _rs_retire(k, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES: gl.constexpr):
+    """Wait until only step k's wgmma is in flight; once every warpgroup retired step k - 1 (the CTA
+    barrier), its ring slot takes tile k - 1 + STAGES."""
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    gl.thread_barrier()
+    _rs_refill(k - 1 + STAGES, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+    return acc
+
+
+@gluon.jit
+def _wo_int8_rs_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stride_ym,
+                       HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                       INSTR_N: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    dtype: gl.constexpr = x_desc.dtype
+
+    off_m, off_n = _tile_origin(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+
+    x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+    w_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+
+    num_k = gl.cdiv(K, 2 * BLOCK_K) * 2  # even (the loop is unrolled by two); TMA zero-fills a step past K
+    for i in gl.static_range(STAGES):
+        _rs_refill(i, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+
+    # Y^T [BLOCK_N, BLOCK_M]: the warps split the weight rows (64 per warpgroup per instruction),
+    # each wgmma covers INSTR_N x rows.
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, INSTR_N, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
+    # Step 0 with use_acc=False: the accumulator entering the loop is defined by a wgmma (C7515).
+    mbarrier.wait(ready.index(0), 0)
+    a0 = _int8_pairs_to_16bit(w_ring.index(0).load(a_layout), dtype)
+    acc = warpgroup_mma(a0, x_ring.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    # Two steps per trip, each with its own A registers (a1, a0): a step's conversion never writes
+    # the registers of the wgmma still in flight.
+    for k in range(1, num_k - 1, 2):
+        acc, a1 = _rs_step(k, acc, x_ring, w_ring, ready, a_layout, STAGES)
+        acc = _rs_retire(k, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+        acc, a0 = _rs_step(k + 1, acc, x_ring, w_ring, ready, a_layout, STAGES)
+        acc = _rs_retire(k + 1, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+    acc, a1 = _rs_step(num_k - 1, acc, x_ring, w_ring, ready, a_layout, STAGES)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+
+    _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, True, HAS_BIAS, BLOCK_M,
+                           BLOCK_N, num_warps)
+
+
+# One packed int4 byte (codes q0 = k even, low nibble; q1 = k odd) with its group's zero-point and
+# scale -> the 16-bit pair ((q0 - z)·s, (q1 - z)·s), each rounded once (as the reference's weight
+# cast to x.dtype). t = b | b << 12 puts q0 in bits 0..3 and q1 in bits 16..19; OR-ing the magic
+# (bf16 128 / fp16 1024: the codes fall in the mantissa) gives (magic + q0, magic + q1) exactly;
+# minus (magic + z) gives q - z exactly; one multiply by s rounds once.
+_ASM_I4X2_TO_BF16X2 = gl.constexpr("""{
+    .reg .b32 t, zz, ss;
+    and.b32 t, $2, 0xff;
+    mul.lo.u32 t, t, 0x1001;
+    lop3.b32 t, t, 0x000f000f, 0x43004300, 0xea;
+    mov.b32 zz, {$3, $3};
+    mov.b32 ss, {$4, $4};
+    sub.rn.bf16x2 t, t, zz;
+    mul.rn.bf16x2 t, t, ss;
+    mov.b32 {$0, $1}, t;
+}""")
+_ASM_I4X2_TO_F16X2 = gl.constexpr("""{
+    .reg .b32 t, zz, ss;
+    and.b32 t, $2, 0xff;
+    mul.lo.u32 t, t, 0x1001;
+    lop3.b32 t, t, 0x000f000f, 0x64006400, 0xea;
+    mov.b32 zz, {$3, $3};
+    mov.b32 ss, {$4, $4};
+    sub.rn.f16x2 t, t, zz;
+    mul.rn.f16x2 t, t, ss;
+    mov.b32 {$0, $1}, t;
+}""")
+
+
+@gluon.jit
+def _int4_bytes_to_16bit(p, zm, s, a_layout: gl.constexpr):
+    """Packed bytes [R, C] (layout: the A fragment's registers with k halved) -> the A operand
+    [R, 2C] in ``a_layout``; zm = magic + z and s per row."""
+    zm = gl.broadcast(zm[:, None], p)[0]
+    s = gl.broadcast(s[:, None], p)[0]
+    if s.dtype == gl.bfloat16:
+        lo, hi = gl.inline_asm_elementwise(_ASM_I4X2_TO_BF16X2, "=h,=h,r,h,h", [p, zm, s],
+                                           dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=1)
+    else:
+        lo, hi = gl.inline_asm_elementwise(_ASM_I4X2_TO_F16X2, "=h,=h,r,h,h", [p, zm, s],
+                                           dtype=(gl.float16, gl.float16), is_pure=True, pack=1)
+    a = gl.join(lo, hi).reshape([p.shape[0], 2 * p.shape[1]])
+    return gl.convert_layout(a, a_layout)  # the same registers: no data moves
+
+
+@gluon.jit
+def _rs4_group(k, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype: gl.constexpr, BLOCK_K: gl.constexpr,
+               GROUP_SIZE: gl.constexpr):
+    """(magic + z, s) of step k's group for this thread's weight rows (zeros past K)."""
+    ok = (offs_n < N) & (k * BLOCK_K < K)
+    idx = offs_n * GROUPS + (k * BLOCK_K) // GROUP_SIZE
+    s = gl.load(s_ptr + idx, mask=ok, other=0.0).to(dtype)
+    z = gl.load(z_ptr + idx, mask=ok, other=0).to(gl.float32)
+    magic: gl.constexpr = 128.0 if dtype == gl.bfloat16 else 1024.0
+    return (z + magic).to(dtype), s
+
+
+@gluon.jit
+def _rs4_step(k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready, p_layout: gl.constexpr,
+              a_layout: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr):
+    """Step k: load the next step's zero-points and scales (one step ahead of their use), convert
+    this step's packed tile into A registers, issue the wgmma. Returns (acc, a, zm', s')."""
+    BLOCK_K: gl.constexpr = x_ring.shape[2]
+    zm_next, s_next = _rs4_group(k + 1, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring.dtype, BLOCK_K, GROUP_SIZE)
+    st = k % STAGES
+    mbarrier.wait(ready.index(st), (k // STAGES) & 1)
+    a = _int4_bytes_to_16bit(w_ring.index(st).load(p_layout), zm, s, a_layout)
+    acc = warpgroup_mma(a, x_ring.index(st).permute((1, 0)), acc, is_async=True)
+    return acc, a, zm_next, s_next
+
+
+@gluon.jit
+def _wo_int4_rs_kernel(x_desc, w_desc, s_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GROUPS, stride_ym,
+                       HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
+                       INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+    """The int4 register-operand kernel: as ``_wo_int8_rs_kernel`` with packed int4 tiles [BLOCK_N,
+    BLOCK_K / 2] and the group's zero-point and scale applied in the conversion (GROUP_SIZE is a
+    multiple of BLOCK_K, so a step sees one group)."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    dtype: gl.constexpr = x_desc.dtype
+
+    off_m, off_n = _tile_origin(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+
+    x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BLOCK_N, BLOCK_K // 2], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+
+    num_k = gl.cdiv(K, 2 * BLOCK_K) * 2
+    for i in gl.static_range(STAGES):
+        _rs_refill(i, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, INSTR_N, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
+    zm, s = _rs4_group(0, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE)
+    acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
+    zm_next, s_next = _rs4_group(1, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE)
+    mbarrier.wait(ready.index(0), 0)
+    a0 = _int4_bytes_to_16bit(w_ring.index(0).load(P_LAYOUT), zm, s, a_layout)
+    acc = warpgroup_mma(a0, x_ring.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    zm, s = zm_next, s_next
+    for k in range(1, num_k - 1, 2):
+        acc, a1, zm, s = _rs4_step(k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
+                                   P_LAYOUT, a_layout, STAGES, GROUP_SIZE)
+        acc = _rs_retire(k, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+        acc, a0, zm, s = _rs4_step(k + 1, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
+                                   P_LAYOUT, a_layout, STAGES, GROUP_SIZE)
+        acc = _rs_retire(k + 1, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+    acc, a1, zm, s = _rs4_step(num_k - 1, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
+                               P_LAYOUT, a_layout, STAGES, GROUP_SIZE)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+
+    _store_tile_transposed(acc, s_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, False, HAS_BIAS, BLOCK_M,
+                           BLOCK_N, num_warps)
+
+
+@functools.lru_cache(maxsize=None)
+def packed_a_layout(block_n: int, block_k: int, num_warps: int):
+    """The layout of packed int4 bytes [block_n, block_k / 2] whose two nibbles are, once unpacked and
+    joined, exactly the registers of a 16-bit wgmma A fragment (k_width 2) of [block_n, block_k]:
+    per warp 16 rows; lane = 4·r + c holds rows r and r + 8 and, in each 16-column block, the pairs
+    (2c, 2c + 1) and (2c + 8, 2c + 9), i.e. bytes c and c + 4 of each 8-byte chunk; warps stack rows."""
+    reg = [[8, 0], [0, 4]]
+    j = 8
+    while j < block_k // 2:
+        reg.append([0, j])
+        j *= 2
+    r = 16 * num_warps
+    while r < block_n:
+        reg.append([r, 0])
+        r *= 2
+    lane = [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]]
+    warp = [[16 << i, 0] for i in range(num_warps.bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
+                                      shape=[block_n, block_k // 2])
+
+
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 _wo_int8_fast = cached(_wo_int8_kernel)
 _wo_int8_ws_fast = cached(_wo_int8_ws_kernel)
+_wo_int8_rs_fast = cached(_wo_int8_rs_kernel)
+_wo_int4_rs_fast = cached(_wo_int4_rs_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -291,8 +590,40 @@ def launch(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
     x_desc, w_desc = descriptors(x, weight_q, bm, bn, bk)
     note_unplannable("a Gluon launch with host TMA descriptors")
     grid = (ceil_div(M, bm) * ceil_div(N, bn),)
-    fast = _wo_int8_ws_fast if cfg.get("WS") else _wo_int8_fast
+    rs = bool(cfg.get("RS"))
+    fast = _wo_int8_rs_fast if rs else _wo_int8_ws_fast if cfg.get("WS") else _wo_int8_fast
     fast[grid](x_desc, w_desc, weight_scale, bias if bias is not None else weight_scale, out, M, N, K,
                out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg.get("GROUP_M", 8)),
-               STAGES=int(cfg["num_stages"]), INSTR_N=min(bn, 256), num_warps=int(cfg["num_warps"]))
+               STAGES=int(cfg["num_stages"]), INSTR_N=min(bm if rs else bn, 256), num_warps=int(cfg["num_warps"]))
 
+
+
+def usable_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group_size: int, block_k: int) -> bool:
+    """Whether the int4 kernel can take the problem: as :func:`usable`, plus scales in x's dtype (the
+    conversion multiplies in it, one rounding), the packed rows 16-byte aligned (K % 32 == 0) and
+    whole groups per K step (``group_size`` a multiple of the step, which :func:`launch_int4` sets to
+    ``min(block_k, group_size)``)."""
+    bk = min(block_k, group_size)
+    return (x.is_cuda and x.dtype in _GL_DTYPES and scale.dtype == x.dtype and _is_sm90(x.device.index or 0)
+            and x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
+            and packed.is_contiguous() and packed.shape[1] % 16 == 0 and packed.data_ptr() % 16 == 0
+            and bk >= 32 and group_size % bk == 0)
+
+
+def launch_int4(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:
+    """One launch of the int4 kernel for ``out = x @ dequant(packed, scale, zero)^T (+ bias)`` (the
+    weight rounded once to x.dtype, as the reference's); see :func:`launch` for the host side."""
+    M, K = x.shape
+    N = packed.shape[0]
+    bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
+    bk = min(int(cfg["BLOCK_K"]), group_size)
+    warps = int(cfg["num_warps"])
+    x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bk], _smem_layout(bm, bk, _GL_DTYPES[x.dtype]))
+    w_desc = TensorDescriptor(packed, list(packed.shape), list(packed.stride()), [bn, bk // 2],
+                              _smem_layout(bn, bk // 2, gl.uint8))
+    note_unplannable("a Gluon launch with host TMA descriptors")
+    grid = (ceil_div(M, bm) * ceil_div(N, bn),)
+    _wo_int4_rs_fast[grid](x_desc, w_desc, scale, zero, bias if bias is not None else scale, out, M, N, K,
+                           scale.shape[1], out.stride(0), HAS_BIAS=bias is not None,
+                           GROUP_M=int(cfg.get("GROUP_M", 8)), STAGES=int(cfg["num_stages"]), GROUP_SIZE=group_size,
+                           INSTR_N=min(bm, 256), P_LAYOUT=packed_a_layout(bn, bk, warps), num_warps=warps)

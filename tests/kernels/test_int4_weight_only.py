@@ -53,17 +53,17 @@ def make_problem(m, n, k, g, dtype, device, scale_dtype=None, bias=False, symmet
 
 def rounds_weight(config, x) -> bool:
     """Whether the kernel multiplies by the weight rounded to x.dtype (the tile kernel with SCALE_IN on
-    the GPU, and dequant_mm everywhere)."""
+    the GPU, and dequant_mm and the Gluon kernel everywhere)."""
     if config is None or x.dtype == torch.float32:
         return False
-    if config["kernel"] == "dequant_mm":
+    if config["kernel"] in ("dequant_mm", "tma_wgmma"):  # the Gluon kernel, or dequant_mm where it cannot run
         return True
     return x.is_cuda and config["kernel"] == "mma" and bool(config["SCALE_IN"])
 
 
 def tc_steps(config, k) -> float:
     """S of the module docstring: float32 accumulation steps that may each lose an ulp."""
-    if config is not None and (config["kernel"] == "dequant_mm" or
+    if config is not None and (config["kernel"] in ("dequant_mm", "tma_wgmma") or
                                (config["kernel"] == "mma" and bool(config["SCALE_IN"]))):
         return k / 16
     return math.sqrt(k * 128) / 16
@@ -167,7 +167,9 @@ def _from_halves(v, dt):
 
 
 def run_ptx(text, regs, dt):
-    """Execute the straight-line PTX of the dequantization (mov/xor/shr/prmt/lop3/fma.rn.{bf16,f16}x2)."""
+    """Execute straight-line conversion PTX (mov, incl. packing {lo, hi}, cvt.u32.u16/and/mul.lo/xor/
+    shr/prmt/lop3, and fma.rn/sub.rn/mul.rn on {bf16,f16}x2). Registers hold 32-bit integers; 16-bit pairs are computed exactly in float64 and
+    rounded once to ``dt``."""
     env = dict(regs)
 
     def val(tok):
@@ -178,9 +180,23 @@ def run_ptx(text, regs, dt):
         if not line or line in "{}" or line.startswith(".reg"):
             continue
         op, rest = line.split(None, 1)
+        if op == "mov.b32" and "{" in rest:  # pack two 16-bit registers, or unpack into two
+            if rest.startswith("{"):
+                lo, hi, src = [t.strip(" {}") for t in rest.split(",")]
+                env[lo], env[hi] = env[src] & 0xFFFF, (env[src] >> 16) & 0xFFFF
+            else:
+                dst, lo, hi = [t.strip(" {}") for t in rest.split(",")]
+                env[dst] = (env[lo] & 0xFFFF) | ((env[hi] & 0xFFFF) << 16)
+            continue
         d, *a = [t.strip() for t in rest.split(",")]
         if op == "mov.b32":
             env[d] = val(a[0])
+        elif op == "cvt.u32.u16":
+            env[d] = val(a[0]) & 0xFFFF
+        elif op == "and.b32":
+            env[d] = val(a[0]) & val(a[1])
+        elif op == "mul.lo.u32":
+            env[d] = (val(a[0]) * val(a[1])) & 0xFFFFFFFF
         elif op == "xor.b32":
             env[d] = val(a[0]) ^ val(a[1])
         elif op == "shr.b32":
@@ -192,6 +208,10 @@ def run_ptx(text, regs, dt):
         elif op in ("fma.rn.bf16x2", "fma.rn.f16x2"):
             # exact a*b+c in float64 (16-bit operands), one rounding to the 16-bit type
             env[d] = _from_halves(_halves(val(a[0]), dt) * _halves(val(a[1]), dt) + _halves(val(a[2]), dt), dt)
+        elif op in ("sub.rn.bf16x2", "sub.rn.f16x2"):
+            env[d] = _from_halves(_halves(val(a[0]), dt) - _halves(val(a[1]), dt), dt)
+        elif op in ("mul.rn.bf16x2", "mul.rn.f16x2"):
+            env[d] = _from_halves(_halves(val(a[0]), dt) * _halves(val(a[1]), dt), dt)
         else:
             raise AssertionError(f"unexpected instruction {op}")
     return env
@@ -307,13 +327,16 @@ def test_dequant_mm(kernel_device, m, dtype, bias):
 
 
 @pytest.mark.parametrize("m,n,k,g,dtype", [(1, 123, 256, 128, torch.bfloat16), (7, 50, 128, 32, torch.float16),
-                                           (260, 36, 128, 64, torch.bfloat16), (1100, 24, 64, 32, torch.float16)])
+                                           (260, 36, 128, 64, torch.bfloat16), (1100, 24, 64, 32, torch.float16),
+                                           (2100, 40, 128, 64, torch.bfloat16)])
 def test_default_configs(kernel_device, m, n, k, g, dtype):
-    """config=None: the per-M dispatch (small kernel at M <= 16, tiles above, dequantize + GEMM at M >= 1024)."""
+    """config=None: the per-M dispatch (small kernel at M <= 16, tiles above, the Gluon kernel from 512
+    rows (dequantize + GEMM where it cannot run, e.g. on the CPU), dequantize + GEMM from 2048)."""
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True, symmetric=m == 7)
     y = k4.linear(x, packed, scale, zero, b, g)
     config = k4.default_config(m, n, k)
-    assert config["kernel"] == ("small" if m <= 16 else "dequant_mm" if m >= 1024 else "mma")
+    assert config["kernel"] == ("small" if m <= 16 else "dequant_mm" if m >= 2048 else "tma_wgmma" if m >= 512
+                                else "mma")
     wdt = dtype if rounds_weight(config, x) else torch.float32
     assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}", tc_steps(config, k))
 

@@ -3,7 +3,7 @@
 Gluon kernels do not run in Triton's interpreter, so on the CPU every candidate config is compiled for
 sm_90 with the ptxas that ships with triton (no spills, shared memory within the 227 KB an H100 CTA
 may have, and the loop really overlaps: asynchronous wgmma, waited with one group outstanding, TMA
-loads). On the GPU: the benchmark shapes are covered by the int8 weight-only tests' every-candidate
+loads, no wgmma serialized by ptxas, and in the SASS no register of an in-flight wgmma rewritten). On the GPU: the benchmark shapes are covered by the int8 weight-only tests' every-candidate
 test; here odd shapes (M, N and K edges), fp16, a bias, half-precision scales, strided x rows, and a
 CUDA graph — against the float64 formula within the float32 bound.
 """
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from quantkit.reference.int8 import quantize_weight_int8_per_channel
-from tests.kernels.test_int8_weight_only import _assert_within, _fp32_bound, _sm90_tools
+from tests.kernels.test_int8_weight_only import _assert_within, _fp32_bound, _sm90_tools, hgmma_register_hazards
 
 _SMEM_LIMIT = 232448  # bytes of shared memory one CTA may use on sm_90
 
@@ -47,34 +47,129 @@ def _compile_main() -> None:
 
     jobs = [(c, torch.bfloat16, False) for c in _candidates()]
     jobs.append((jobs[0][0], torch.float16, True))
+    jobs.append((next(c for c in _candidates() if c["RS"]), torch.float16, True))
     failures = []
     for cfg, dtype, has_bias in jobs:
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         x, w = torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 4096, dtype=torch.int8)
         x_desc, w_desc = g.descriptors(x, w, bm, bn, bk)
-        fn = g._wo_int8_ws_kernel if cfg["WS"] else g._wo_int8_kernel
+        fn = g._wo_int8_rs_kernel if cfg["RS"] else g._wo_int8_ws_kernel if cfg["WS"] else g._wo_int8_kernel
         out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
         sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), scale_ptr="*fp32", bias_ptr=out,
                    y_ptr=out, M="i32", N="i32", K="i32", stride_ym="i32", HAS_BIAS="constexpr", GROUP_M="constexpr",
                    STAGES="constexpr", INSTR_N="constexpr", num_warps="constexpr")
-        consts = dict(HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], INSTR_N=min(bn, 256),
+        consts = dict(HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], INSTR_N=min(bm if cfg["RS"] else bn, 256),
                       num_warps=cfg["num_warps"])
         attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
                  for a in ("scale_ptr", "y_ptr", "N", "K", "stride_ym")}
         kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                                 options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
         ptx = kernel.asm["ptx"]
-        info, _ = _sm90_tools(kernel)
+        info, sass = _sm90_tools(kernel)
         spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
         smem = kernel.metadata.shared
         overlap = ("wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
                    and "cp.async.bulk.tensor" in ptx)
+        # A register A operand rewritten while its wgmma runs (the register-operand kernel only: the
+        # others store the next operand buffer while a wgmma reads another by design, and the
+        # warp-specialized kernel's SASS interleaves the code of threads that share no registers).
+        hazards = hgmma_register_hazards(sass) if cfg["RS"] else []
         what = f"{cfg} {str(dtype)[6:]} bias={has_bias}"
-        print(f"{what}: spills={spills} smem={smem} overlap={overlap}")
-        if spills or smem > _SMEM_LIMIT or not overlap or "C7515" in info:
+        print(f"{what}: spills={spills} smem={smem} overlap={overlap} hazards={hazards[:3]}")
+        if spills or smem > _SMEM_LIMIT or not overlap or hazards or "C7515" in info or "C7512" in info:
             failures.append(what)
+    failures += _compile_int4()
     print("\n".join(failures) if failures else "ok")
     sys.exit(1 if failures else 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_int8_pair_conversion_ptx_emulated(dtype):
+    """The register-operand kernel's int8 -> 16-bit conversion: every byte value, in both halves of
+    the 16-bit input register, becomes exactly that integer in its half of the output pair."""
+    from quantkit.kernels import wo_gemm_sm90 as g
+    from tests.kernels.test_int4_weight_only import _halves, run_ptx
+
+    text = (g._ASM_I8X2_TO_BF16X2 if dtype == torch.bfloat16 else g._ASM_I8X2_TO_F16X2).value
+    for b0 in range(256):
+        b1 = (b0 * 37 + 11) % 256  # every value in the high byte too, against varied low bytes
+        for lo, hi in ((b0, b1), (b1, b0)):
+            got = _halves(run_ptx(text, {"$1": lo | (hi << 8)}, dtype)["$0"], dtype).tolist()
+            want = [float(lo - 256 * (lo >> 7)), float(hi - 256 * (hi >> 7))]
+            assert got == want, f"bytes {lo:#04x} {hi:#04x}: {got} != {want}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_int4_byte_conversion_ptx_emulated(dtype):
+    """The int4 kernel's conversion of one packed byte with its group's zero-point and scale:
+    ((q0 - z)·s, (q1 - z)·s), each rounded once to the 16-bit type, for every byte and zero-point.
+    Bits above the byte in the input register are ignored."""
+    from quantkit.kernels import wo_gemm_sm90 as g
+    from tests.kernels.test_int4_weight_only import _bits16, _expected16, _halves, run_ptx
+
+    text = (g._ASM_I4X2_TO_BF16X2 if dtype == torch.bfloat16 else g._ASM_I4X2_TO_F16X2).value
+    magic = 128 if dtype == torch.bfloat16 else 1024
+    gen = torch.Generator().manual_seed(4)
+    scales = ((torch.rand(16, generator=gen) - 0.5) * 0.05).tolist() + [1.0, -3.0e-3]
+    for b in range(256):
+        for z in (0, 7, 15, b % 16):
+            s = float(torch.tensor(scales[(b + z) % len(scales)]).to(dtype))
+            env = run_ptx(text, {"$2": b | 0xABCD00, "$3": _bits16(magic + z, dtype), "$4": _bits16(s, dtype)}, dtype)
+            got = [float(_halves(env["$0"], dtype)[0]), float(_halves(env["$1"], dtype)[0])]
+            want = [_expected16(b & 15, z, s, dtype, True), _expected16(b >> 4, z, s, dtype, True)]
+            assert got == want, f"byte {b:#04x} z={z} s={s}: {got} != {want}"
+
+
+def _compile_int4() -> list:
+    """The int4 kernel's candidates (bf16) and the first with fp16 and a bias, group 128, and the
+    BLOCK_K = 32 launch of group 32: compiled for sm_90, same checks as the int8 kernels."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.runtime.jit import mangle_type
+
+    from quantkit.kernels import int4_weight_only as k4
+    from quantkit.kernels import wo_gemm_sm90 as g
+
+    cands = [c for c in k4.candidate_configs(4096, 4096, 4096) if c["kernel"] == "tma_wgmma"]
+    jobs = [(c, torch.bfloat16, False, 128) for c in cands]
+    jobs += [(cands[0], torch.float16, True, 128), (cands[0], torch.bfloat16, False, 32)]
+    failures = []
+    fn = g._wo_int4_rs_kernel
+    for cfg, dtype, has_bias, group in jobs:
+        bm, bn, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]
+        bk = min(cfg["BLOCK_K"], group)
+        x, w = torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 2048, dtype=torch.uint8)
+        x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bk],
+                                  g._smem_layout(bm, bk, g._GL_DTYPES[dtype]))
+        w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk // 2], g._smem_layout(bn, bk // 2, g.gl.uint8))
+        out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
+        sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), s_ptr=out, z_ptr="*u8", bias_ptr=out,
+                   y_ptr=out, M="i32", N="i32", K="i32", GROUPS="i32", stride_ym="i32", HAS_BIAS="constexpr",
+                   GROUP_M="constexpr", STAGES="constexpr", GROUP_SIZE="constexpr", INSTR_N="constexpr",
+                   P_LAYOUT="constexpr", num_warps="constexpr")
+        consts = dict(HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], GROUP_SIZE=group,
+                      INSTR_N=min(bm, 256), P_LAYOUT=g.packed_a_layout(bn, bk, warps), num_warps=warps)
+        attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
+                 for a in ("s_ptr", "z_ptr", "y_ptr", "N", "K", "stride_ym")}
+        kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                                options=dict(num_warps=warps, num_stages=cfg["num_stages"]))
+        info, sass = _sm90_tools(kernel)
+        spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
+        ptx = kernel.asm["ptx"]
+        overlap = "wgmma.wait_group.sync.aligned 1;" in ptx and "cp.async.bulk.tensor" in ptx
+        # the packed bytes' layout is the A fragment's: the conversion to it moves no data
+        loop = ptx.split("wgmma.wait_group.sync.aligned 0;")[0]
+        no_shuffle = "st.shared" not in loop and "shfl.sync" not in loop
+        hazards = hgmma_register_hazards(sass)
+        what = f"int4 {cfg} {str(dtype)[6:]} bias={has_bias} g={group}"
+        print(f"{what}: spills={spills} smem={kernel.metadata.shared} overlap={overlap} no_shuffle={no_shuffle} "
+              f"hazards={hazards[:3]}")
+        if (spills or kernel.metadata.shared > _SMEM_LIMIT or not overlap or not no_shuffle or hazards
+                or "C7515" in info or "C7512" in info):
+            failures.append(what)
+    return failures
 
 
 def test_candidates_are_offered_for_large_m_only():
@@ -148,6 +243,61 @@ def test_gpu_edges_against_the_float32_bound(M, N, K, dtype, bias, scale_dtype):
         _assert_within(y, exact, bound, f"M={M} N={N} K={K} {dtype} {cfg}")
         again = k.linear(x, weight_q, weight_scale, b, config=cfg)
         assert torch.equal(y, again), f"{cfg}: outputs change between runs (a race)"
+
+
+_INT4_CASES = [  # (M, N, K, group, dtype, bias): M, N and K tails, every group size, fp16
+    (300, 1000, 1024, 128, torch.bfloat16, True),
+    (257, 384, 4096, 64, torch.float16, False),
+    (1030, 4096, 256, 32, torch.bfloat16, False),   # BLOCK_K clamped to the group; K shorter than the ring
+    (520, 136, 3328, 256, torch.bfloat16, True),    # 13 K steps: the odd step is zero-filled
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K,g,dtype,bias", _INT4_CASES)
+def test_gpu_int4_edges_against_the_bound(M, N, K, g, dtype, bias):
+    """The int4 kernel (every candidate) against the float64 product with the weight rounded once to
+    x.dtype, within the bound of the int4 tests (tensor-core accumulation through K)."""
+    _sm90()
+    from quantkit.kernels import int4_weight_only as k4
+    from quantkit.kernels import wo_gemm_sm90 as g4
+    from tests.kernels.test_int4_weight_only import assert_output, make_problem, reference64, tc_steps
+
+    torch.manual_seed(2)
+    x, packed, scale, zero, b, _ = make_problem(M, N, K, g, dtype, "cuda", bias=bias)
+    ref = reference64(x, packed, scale, zero, b, g, dtype)
+    for cfg in [c for c in k4.candidate_configs(4096, 4096, 4096) if c["kernel"] == "tma_wgmma"]:
+        assert g4.usable_int4(x, packed, scale, g, cfg["BLOCK_K"])
+        y = k4.linear(x, packed, scale, zero, b, g, config=cfg)
+        assert_output(y, ref, f"M={M} N={N} K={K} g={g} {dtype} {cfg}", tc_steps(cfg, K))
+        again = k4.linear(x, packed, scale, zero, b, g, config=cfg)
+        assert torch.equal(y, again), f"{cfg}: outputs change between runs (a race)"
+
+
+@pytest.mark.gpu
+def test_gpu_int4_strided_rows_cuda_graph_and_fallback():
+    _sm90()
+    from quantkit.kernels import int4_weight_only as k4
+    from tests.kernels.test_int4_weight_only import assert_output, make_problem, reference64, tc_steps
+
+    torch.manual_seed(3)
+    _, packed, scale, zero, _, _ = make_problem(1, 512, 1024, 128, torch.bfloat16, "cuda")
+    base = torch.randn(600, 1032, device="cuda").to(torch.bfloat16)
+    x = base[:, 8:]  # 16-byte aligned rows, not contiguous
+    cfg = next(c for c in k4.candidate_configs(4096, 4096, 4096) if c["kernel"] == "tma_wgmma")
+    y = k4.linear(x, packed, scale, zero, None, 128, config=cfg)
+    assert_output(y, reference64(x, packed, scale, zero, None, 128, torch.bfloat16), "strided x rows",
+                  tc_steps(cfg, 1024))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = k4.linear(x, packed, scale, zero, None, 128, config=cfg)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_graph, y)
+    # fp16 scales with bf16 x: the conversion multiplies in x's dtype, so dequant_mm runs instead
+    y_fb = k4.linear(x, packed, scale.half(), zero, None, 128, config=cfg)
+    assert_output(y_fb, reference64(x, packed, scale.half(), zero, None, 128, torch.bfloat16), "fallback",
+                  tc_steps(cfg, 1024))
 
 
 @pytest.mark.gpu
