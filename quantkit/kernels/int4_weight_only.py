@@ -613,11 +613,15 @@ def _dequant_mm(bn=32, bk=256, warps=4) -> dict:
     return {"kernel": "dequant_mm", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps}
 
 
-def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8) -> dict:
+def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8, persistent=False) -> dict:
     """The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, scales in x's 16-bit dtype):
-    Y^T tiles with the dequantized weight as wgmma's register operand. Elsewhere ``dequant_mm``."""
-    return {"kernel": "tma_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
-            "num_warps": warps, "num_stages": stages}
+    Y^T tiles with the dequantized weight as wgmma's register operand (``persistent``: one program per
+    SM looping over tiles). Elsewhere ``dequant_mm``."""
+    cfg = {"kernel": "tma_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
+           "num_warps": warps, "num_stages": stages}
+    if persistent:
+        cfg["PERSISTENT"] = True
+    return cfg
 
 
 def _check_config(config: dict) -> None:
@@ -698,8 +702,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         return [_mma(64, 64, 128, 1, 4, 4, False), _mma(64, 128, 64, 2, 4, 4, True), _mma(64, 64, 128, 2, 4, 4, False),
                 _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True)]
     return [_mma(128, 128, 64, 1, 8, 4, True), _mma(256, 128, 64, 1, 8, 3, True), _dequant_mm(),
-            _dequant_mm(64, 256, 8), _dequant_mm(16, 512, 4), _tma_wgmma(), _tma_wgmma(stages=6),
-            _tma_wgmma(bk=32, stages=8)]
+            _dequant_mm(16, 512, 4), _tma_wgmma(), _tma_wgmma(stages=6), _tma_wgmma(persistent=True),
+            _tma_wgmma(stages=6, persistent=True)]
 
 
 def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tuple:

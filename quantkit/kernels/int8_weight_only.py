@@ -377,13 +377,18 @@ def _mma_ss_config(block_m: int, block_n: int, block_k: int, warps: int, stages:
 
 
 def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stages: int, group: int = 8,
-                      ws: bool = False, rs: bool = False) -> dict:
+                      ws: bool = False, rs: bool = False, persistent: bool = False) -> dict:
     """The Gluon kernels of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, 16-bit x, K % 16 == 0);
     elsewhere the ``mma_ss`` default runs instead. ``ws``: the warp-specialized variant; ``rs``: the
-    variant with the converted weight as wgmma's register operand."""
+    variant with the converted weight as wgmma's register operand, ``persistent``: launched with one
+    program per SM looping over tiles."""
     assert not (ws and rs), "the register-operand kernel has no warp-specialized variant"
-    return {"kernel": "tma_wgmma", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group,
-            "num_warps": warps, "num_stages": stages, "WS": ws, "RS": rs}
+    assert rs or not persistent, "only the register-operand kernel runs persistently"
+    cfg = {"kernel": "tma_wgmma", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group,
+           "num_warps": warps, "num_stages": stages, "WS": ws, "RS": rs}
+    if persistent:
+        cfg["PERSISTENT"] = True
+    return cfg
 
 
 def _pow2_at_least(v: int) -> int:
@@ -484,7 +489,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _tma_wgmma_config(256, 128, 64, 8, 4, ws=True),
             _tma_wgmma_config(256, 128, 64, 8, 4, rs=True),
             _tma_wgmma_config(256, 128, 64, 8, 5, rs=True),
-            _tma_wgmma_config(256, 128, 32, 8, 8, rs=True),
+            _tma_wgmma_config(256, 128, 64, 8, 4, rs=True, persistent=True),
+            _tma_wgmma_config(256, 128, 64, 8, 5, rs=True, persistent=True),
         ]
     if default not in cands:
         cands.insert(0, default)

@@ -26,7 +26,7 @@ slot is released, four warps convert int8 tiles into a two-deep bf16 operand rin
 warps (two warpgroups) only wait, issue wgmmas and release what the retired wgmma read. A slot is free
 as soon as its tile is consumed, so all STAGES tiles can be in flight.
 
-The register-operand variant (``_wo_int8_rs_kernel``, config ``RS``) swaps the operands: it computes
+The register-operand variant (``_wo_rs_kernel``, config ``RS``; also the int4 kernel) swaps the operands: it computes
 Y^T tiles = W_tile · X_tile^T with the converted weight as wgmma's A operand *in registers* and the x
 tile (as TMA wrote it) as the B operand in shared memory. No 16-bit copy of the weight is written to
 shared memory or read back, and no CTA barrier separates a conversion from its wgmma: per 256 x rows
@@ -321,88 +321,6 @@ def _int8_pairs_to_16bit(q, dtype: gl.constexpr):
         return gl.inline_asm_elementwise(_ASM_I8X2_TO_F16X2, "=r,h", [q], dtype=gl.float16, is_pure=True, pack=2)
 
 
-@gluon.jit
-def _rs_refill(k, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES: gl.constexpr):
-    """Issue the TMA loads of tile k into its ring slot (nothing past the last tile). The weight's
-    tile is BLOCK_K columns of int8 or BLOCK_K / 2 bytes of packed int4."""
-    X_COLS: gl.constexpr = x_desc.block_type.shape[1]
-    W_COLS: gl.constexpr = w_desc.block_type.shape[1]
-    tile_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
-    s = k % STAGES
-    pred = k < num_k
-    mbarrier.expect(ready.index(s), tile_bytes, pred=pred)
-    tma.async_copy_global_to_shared(x_desc, [off_m, k * X_COLS], ready.index(s), x_ring.index(s), pred=pred)
-    tma.async_copy_global_to_shared(w_desc, [off_n, k * W_COLS], ready.index(s), w_ring.index(s), pred=pred)
-
-
-@gluon.jit
-def _rs_step(k, acc, x_ring, w_ring, ready, a_layout: gl.constexpr, STAGES: gl.constexpr):
-    """Wait for tile k, convert its weight rows into A registers, issue the wgmma; returns (acc, a)."""
-    s = k % STAGES
-    mbarrier.wait(ready.index(s), (k // STAGES) & 1)
-    a = _int8_pairs_to_16bit(w_ring.index(s).load(a_layout), x_ring.dtype)
-    acc = warpgroup_mma(a, x_ring.index(s).permute((1, 0)), acc, is_async=True)
-    return acc, a
-
-
-@gluon.jit
-def _rs_retire(k, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES: gl.constexpr):
-    """Wait until only step k's wgmma is in flight; once every warpgroup retired step k - 1 (the CTA
-    barrier), its ring slot takes tile k - 1 + STAGES."""
-    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-    gl.thread_barrier()
-    _rs_refill(k - 1 + STAGES, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
-    return acc
-
-
-@gluon.jit
-def _wo_int8_rs_kernel(x_desc, w_desc, scale_ptr, bias_ptr, y_ptr, M, N, K, stride_ym,
-                       HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                       INSTR_N: gl.constexpr, num_warps: gl.constexpr):
-    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
-    dtype: gl.constexpr = x_desc.dtype
-
-    off_m, off_n = _tile_origin(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-
-    x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
-    w_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-
-    num_k = gl.cdiv(K, 2 * BLOCK_K) * 2  # even (the loop is unrolled by two); TMA zero-fills a step past K
-    for i in gl.static_range(STAGES):
-        _rs_refill(i, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
-
-    # Y^T [BLOCK_N, BLOCK_M]: the warps split the weight rows (64 per warpgroup per instruction),
-    # each wgmma covers INSTR_N x rows.
-    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, INSTR_N, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
-    # Step 0 with use_acc=False: the accumulator entering the loop is defined by a wgmma (C7515).
-    mbarrier.wait(ready.index(0), 0)
-    a0 = _int8_pairs_to_16bit(w_ring.index(0).load(a_layout), dtype)
-    acc = warpgroup_mma(a0, x_ring.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-    # Two steps per trip, each with its own A registers (a1, a0): a step's conversion never writes
-    # the registers of the wgmma still in flight.
-    for k in range(1, num_k - 1, 2):
-        acc, a1 = _rs_step(k, acc, x_ring, w_ring, ready, a_layout, STAGES)
-        acc = _rs_retire(k, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
-        acc, a0 = _rs_step(k + 1, acc, x_ring, w_ring, ready, a_layout, STAGES)
-        acc = _rs_retire(k + 1, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
-    acc, a1 = _rs_step(num_k - 1, acc, x_ring, w_ring, ready, a_layout, STAGES)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-
-    _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, True, HAS_BIAS, BLOCK_M,
-                           BLOCK_N, num_warps)
-
-
 # One packed int4 byte (codes q0 = k even, low nibble; q1 = k odd) with its group's zero-point and
 # scale -> the 16-bit pair ((q0 - z)·s, (q1 - z)·s), each rounded once (as the reference's weight
 # cast to x.dtype). t = b | b << 12 puts q0 in bits 0..3 and q1 in bits 16..19; OR-ing the magic
@@ -449,82 +367,145 @@ def _int4_bytes_to_16bit(p, zm, s, a_layout: gl.constexpr):
 
 
 @gluon.jit
-def _rs4_group(k, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype: gl.constexpr, BLOCK_K: gl.constexpr,
-               GROUP_SIZE: gl.constexpr):
-    """(magic + z, s) of step k's group for this thread's weight rows (zeros past K)."""
-    ok = (offs_n < N) & (k * BLOCK_K < K)
-    idx = offs_n * GROUPS + (k * BLOCK_K) // GROUP_SIZE
-    s = gl.load(s_ptr + idx, mask=ok, other=0.0).to(dtype)
-    z = gl.load(z_ptr + idx, mask=ok, other=0).to(gl.float32)
-    magic: gl.constexpr = 128.0 if dtype == gl.bfloat16 else 1024.0
-    return (z + magic).to(dtype), s
+def _tile_offsets(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    pid_m, pid_n = grouped_pid(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
 
 
 @gluon.jit
-def _rs4_step(k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready, p_layout: gl.constexpr,
-              a_layout: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr):
-    """Step k: load the next step's zero-points and scales (one step ahead of their use), convert
-    this step's packed tile into A registers, issue the wgmma. Returns (acc, a, zm', s')."""
-    BLOCK_K: gl.constexpr = x_ring.shape[2]
-    zm_next, s_next = _rs4_group(k + 1, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring.dtype, BLOCK_K, GROUP_SIZE)
-    st = k % STAGES
-    mbarrier.wait(ready.index(st), (k // STAGES) & 1)
-    a = _int4_bytes_to_16bit(w_ring.index(st).load(p_layout), zm, s, a_layout)
-    acc = warpgroup_mma(a, x_ring.index(st).permute((1, 0)), acc, is_async=True)
+def _rs_refill(g, total, nprog, num_k, M, N, x_desc, w_desc, x_ring, w_ring, ready, pred,
+               STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+    """Issue the TMA loads of this program's step g (nothing past its last one): tile
+    program_id + (g // num_k)·nprog, K step g % num_k. The weight's tile is BLOCK_K columns of int8
+    or BLOCK_K / 2 bytes of packed int4."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    X_COLS: gl.constexpr = x_desc.block_type.shape[1]
+    W_COLS: gl.constexpr = w_desc.block_type.shape[1]
+    tile_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    t = g // num_k
+    k = g - t * num_k
+    off_m, off_n = _tile_offsets(gl.program_id(0) + t * nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    s = g % STAGES
+    pred = pred & (g < total)
+    mbarrier.expect(ready.index(s), tile_bytes, pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [off_m, k * X_COLS], ready.index(s), x_ring.index(s), pred=pred)
+    tma.async_copy_global_to_shared(w_desc, [off_n, k * W_COLS], ready.index(s), w_ring.index(s), pred=pred)
+
+
+@gluon.jit
+def _rs_group(k, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype: gl.constexpr, BLOCK_K: gl.constexpr,
+              GROUP_SIZE: gl.constexpr, INT4: gl.constexpr):
+    """int4: (magic + z, s) of K step k's group for this thread's weight rows (zeros past K)."""
+    if INT4:
+        ok = (offs_n < N) & (k * BLOCK_K < K)
+        idx = offs_n * GROUPS + (k * BLOCK_K) // GROUP_SIZE
+        s = gl.load(s_ptr + idx, mask=ok, other=0.0).to(dtype)
+        z = gl.load(z_ptr + idx, mask=ok, other=0).to(gl.float32)
+        magic: gl.constexpr = 128.0 if dtype == gl.bfloat16 else 1024.0
+        return (z + magic).to(dtype), s
+    else:
+        return 0.0, 0.0
+
+
+@gluon.jit
+def _rs_step(g, k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready, use_acc: gl.constexpr,
+             a_layout: gl.constexpr, P_LAYOUT: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
+             INT4: gl.constexpr):
+    """Global step g (K step k of its tile): load the next K step's zero-points and scales (int4: one
+    step ahead of their use), wait for the ring slot, convert the weight tile into A registers, issue
+    the wgmma. Returns (acc, a, zm', s')."""
+    dtype: gl.constexpr = x_ring.dtype
+    zm_next, s_next = _rs_group(k + 1, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
+    st = g % STAGES
+    mbarrier.wait(ready.index(st), (g // STAGES) & 1)
+    if INT4:
+        a = _int4_bytes_to_16bit(w_ring.index(st).load(P_LAYOUT), zm, s, a_layout)
+    else:
+        a = _int8_pairs_to_16bit(w_ring.index(st).load(a_layout), dtype)
+    acc = warpgroup_mma(a, x_ring.index(st).permute((1, 0)), acc, use_acc=use_acc, is_async=True)
     return acc, a, zm_next, s_next
 
 
 @gluon.jit
-def _wo_int4_rs_kernel(x_desc, w_desc, s_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GROUPS, stride_ym,
-                       HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
-                       INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
-    """The int4 register-operand kernel: as ``_wo_int8_rs_kernel`` with packed int4 tiles [BLOCK_N,
-    BLOCK_K / 2] and the group's zero-point and scale applied in the conversion (GROUP_SIZE is a
-    multiple of BLOCK_K, so a step sees one group)."""
+def _rs_retire(g, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, pred,
+               STAGES: gl.constexpr, GROUP_M: gl.constexpr):
+    """Wait until only step g's wgmma is in flight; once every warpgroup retired step g - 1 (the CTA
+    barrier), its ring slot takes step g - 1 + STAGES."""
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+    gl.thread_barrier()
+    _rs_refill(g - 1 + STAGES, total, nprog, num_k, M, N, x_desc, w_desc, x_ring, w_ring, ready, pred, STAGES,
+               GROUP_M)
+    return acc
+
+
+@gluon.jit
+def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GROUPS, stride_ym,
+                  INT4: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                  GROUP_SIZE: gl.constexpr, INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+    """The register-operand kernel (module docstring), int8 or packed int4 (INT4: [BLOCK_N, BLOCK_K / 2]
+    byte tiles; the group's zero-point and scale applied in the conversion, GROUP_SIZE a multiple of
+    BLOCK_K so that a step sees one group). A program computes tiles program_id, program_id + nprog,
+    ... (persistent when the grid is smaller than the tile count): its TMA ring runs on across tile
+    boundaries, so the next tile's first loads are in flight during this tile's last steps and store."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     dtype: gl.constexpr = x_desc.dtype
 
-    off_m, off_n = _tile_origin(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    my_tiles = (gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N) - pid + nprog - 1) // nprog
+    num_k = gl.cdiv(K, 2 * BLOCK_K) * 2  # even (the loop is unrolled by two); TMA zero-fills a step past K
+    total = my_tiles * num_k
 
     x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
-    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BLOCK_N, BLOCK_K // 2], w_desc.layout)
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-
-    num_k = gl.cdiv(K, 2 * BLOCK_K) * 2
     for i in gl.static_range(STAGES):
-        _rs_refill(i, num_k, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
+        _rs_refill(i, total, nprog, num_k, M, N, x_desc, w_desc, x_ring, w_ring, ready, True, STAGES, GROUP_M)
 
+    # Y^T [BLOCK_N, BLOCK_M]: the warps split the weight rows (64 per warpgroup per instruction),
+    # each wgmma covers INSTR_N x rows.
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, INSTR_N, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
-    zm, s = _rs4_group(0, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE)
-    acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
-    zm_next, s_next = _rs4_group(1, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE)
-    mbarrier.wait(ready.index(0), 0)
-    a0 = _int4_bytes_to_16bit(w_ring.index(0).load(P_LAYOUT), zm, s, a_layout)
-    acc = warpgroup_mma(a0, x_ring.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-    zm, s = zm_next, s_next
-    for k in range(1, num_k - 1, 2):
-        acc, a1, zm, s = _rs4_step(k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
-                                   P_LAYOUT, a_layout, STAGES, GROUP_SIZE)
-        acc = _rs_retire(k, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
-        acc, a0, zm, s = _rs4_step(k + 1, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
-                                   P_LAYOUT, a_layout, STAGES, GROUP_SIZE)
-        acc = _rs_retire(k + 1, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, off_m, off_n, STAGES)
-    acc, a1, zm, s = _rs4_step(num_k - 1, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
-                               P_LAYOUT, a_layout, STAGES, GROUP_SIZE)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for t in range(my_tiles):
+        off_m, off_n = _tile_offsets(pid + t * nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if INT4:
+            offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
+        else:
+            offs_n = off_n
+        zm, s = _rs_group(0, scale_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE, INT4)
+        g0 = t * num_k
+        acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
+        # K step 0 with use_acc=False: the accumulator entering the loop is defined by a wgmma (C7515).
+        # Its retire refills the slot of the previous tile's last step (the first tile's slots were
+        # all filled above).
+        acc, a0, zm, s = _rs_step(g0, 0, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
+                                  False, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+        acc = _rs_retire(g0, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, t > 0, STAGES,
+                         GROUP_M)
+        # Two steps per trip, each with its own A registers (a1, a0): a step's conversion never
+        # writes the registers of the wgmma still in flight.
+        for k in range(1, num_k - 1, 2):
+            acc, a1, zm, s = _rs_step(g0 + k, k, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring,
+                                      ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+            acc = _rs_retire(g0 + k, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, True,
+                             STAGES, GROUP_M)
+            acc, a0, zm, s = _rs_step(g0 + k + 1, k + 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring,
+                                      w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+            acc = _rs_retire(g0 + k + 1, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, True,
+                             STAGES, GROUP_M)
+        acc, a1, zm, s = _rs_step(g0 + num_k - 1, num_k - 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS,
+                                  x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS,
+                               BLOCK_M, BLOCK_N, num_warps)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
-
-    _store_tile_transposed(acc, s_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, False, HAS_BIAS, BLOCK_M,
-                           BLOCK_N, num_warps)
 
 
 @functools.lru_cache(maxsize=None)
@@ -551,8 +532,7 @@ def packed_a_layout(block_n: int, block_k: int, num_warps: int):
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 _wo_int8_fast = cached(_wo_int8_kernel)
 _wo_int8_ws_fast = cached(_wo_int8_ws_kernel)
-_wo_int8_rs_fast = cached(_wo_int8_rs_kernel)
-_wo_int4_rs_fast = cached(_wo_int4_rs_kernel)
+_wo_rs_fast = cached(_wo_rs_kernel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -589,13 +569,36 @@ def launch(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
     bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
     x_desc, w_desc = descriptors(x, weight_q, bm, bn, bk)
     note_unplannable("a Gluon launch with host TMA descriptors")
+    if cfg.get("RS"):
+        _launch_rs(x_desc, w_desc, weight_scale, None, bias, out, M, N, K, 1, bk, cfg)
+        return
     grid = (ceil_div(M, bm) * ceil_div(N, bn),)
-    rs = bool(cfg.get("RS"))
-    fast = _wo_int8_rs_fast if rs else _wo_int8_ws_fast if cfg.get("WS") else _wo_int8_fast
+    fast = _wo_int8_ws_fast if cfg.get("WS") else _wo_int8_fast
     fast[grid](x_desc, w_desc, weight_scale, bias if bias is not None else weight_scale, out, M, N, K,
                out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg.get("GROUP_M", 8)),
-               STAGES=int(cfg["num_stages"]), INSTR_N=min(bm if rs else bn, 256), num_warps=int(cfg["num_warps"]))
+               STAGES=int(cfg["num_stages"]), INSTR_N=min(bn, 256), num_warps=int(cfg["num_warps"]))
 
+
+@functools.lru_cache(maxsize=None)
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _launch_rs(x_desc, w_desc, scale, zero, bias, out, M, N, K, groups: int, group_size: int, cfg: dict) -> None:
+    """The register-operand kernel; ``zero`` None: int8 weights (per-channel scale in the epilogue),
+    else packed int4 (group-wise zero-point and scale in the conversion). ``PERSISTENT``: one program
+    per SM, each looping over its tiles."""
+    bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
+    bk = x_desc.block_shape[1]
+    warps = int(cfg["num_warps"])
+    int4 = zero is not None
+    tiles = ceil_div(M, bm) * ceil_div(N, bn)
+    grid = (min(tiles, _num_sms(out.device.index or 0)) if cfg.get("PERSISTENT") else tiles,)
+    _wo_rs_fast[grid](x_desc, w_desc, scale, zero if int4 else scale, bias if bias is not None else scale, out,
+                      M, N, K, groups, out.stride(0), INT4=int4, HAS_BIAS=bias is not None,
+                      GROUP_M=int(cfg.get("GROUP_M", 8)), STAGES=int(cfg["num_stages"]), GROUP_SIZE=group_size,
+                      INSTR_N=min(bm, 256), P_LAYOUT=packed_a_layout(bn, bk, warps) if int4 else None,
+                      num_warps=warps)
 
 
 def usable_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group_size: int, block_k: int) -> bool:
@@ -622,8 +625,4 @@ def launch_int4(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -
     w_desc = TensorDescriptor(packed, list(packed.shape), list(packed.stride()), [bn, bk // 2],
                               _smem_layout(bn, bk // 2, gl.uint8))
     note_unplannable("a Gluon launch with host TMA descriptors")
-    grid = (ceil_div(M, bm) * ceil_div(N, bn),)
-    _wo_int4_rs_fast[grid](x_desc, w_desc, scale, zero, bias if bias is not None else scale, out, M, N, K,
-                           scale.shape[1], out.stride(0), HAS_BIAS=bias is not None,
-                           GROUP_M=int(cfg.get("GROUP_M", 8)), STAGES=int(cfg["num_stages"]), GROUP_SIZE=group_size,
-                           INSTR_N=min(bm, 256), P_LAYOUT=packed_a_layout(bn, bk, warps), num_warps=warps)
+    _launch_rs(x_desc, w_desc, scale, zero, bias, out, M, N, K, scale.shape[1], group_size, cfg)

@@ -53,17 +53,20 @@ def _compile_main() -> None:
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         x, w = torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 4096, dtype=torch.int8)
         x_desc, w_desc = g.descriptors(x, w, bm, bn, bk)
-        fn = g._wo_int8_rs_kernel if cfg["RS"] else g._wo_int8_ws_kernel if cfg["WS"] else g._wo_int8_kernel
-        out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
-        sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), scale_ptr="*fp32", bias_ptr=out,
-                   y_ptr=out, M="i32", N="i32", K="i32", stride_ym="i32", HAS_BIAS="constexpr", GROUP_M="constexpr",
-                   STAGES="constexpr", INSTR_N="constexpr", num_warps="constexpr")
-        consts = dict(HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], INSTR_N=min(bm if cfg["RS"] else bn, 256),
-                      num_warps=cfg["num_warps"])
-        attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
-                 for a in ("scale_ptr", "y_ptr", "N", "K", "stride_ym")}
-        kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                                options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        if cfg["RS"]:
+            kernel = _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4=False, group=bk)
+        else:
+            fn = g._wo_int8_ws_kernel if cfg["WS"] else g._wo_int8_kernel
+            out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
+            sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), scale_ptr="*fp32", bias_ptr=out,
+                       y_ptr=out, M="i32", N="i32", K="i32", stride_ym="i32", HAS_BIAS="constexpr",
+                       GROUP_M="constexpr", STAGES="constexpr", INSTR_N="constexpr", num_warps="constexpr")
+            consts = dict(HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], INSTR_N=min(bn, 256),
+                          num_warps=cfg["num_warps"])
+            attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
+                     for a in ("scale_ptr", "y_ptr", "N", "K", "stride_ym")}
+            kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                                    options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
         ptx = kernel.asm["ptx"]
         info, sass = _sm90_tools(kernel)
         spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
@@ -120,14 +123,35 @@ def test_int4_byte_conversion_ptx_emulated(dtype):
             assert got == want, f"byte {b:#04x} z={z} s={s}: {got} != {want}"
 
 
-def _compile_int4() -> list:
-    """The int4 kernel's candidates (bf16) and the first with fp16 and a bias, group 128, and the
-    BLOCK_K = 32 launch of group 32: compiled for sm_90, same checks as the int8 kernels."""
+def _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4, group):
+    """triton.compile of the register-operand kernel for sm_90 with these descriptors and config."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     from triton.runtime.jit import mangle_type
+
+    from quantkit.kernels import wo_gemm_sm90 as g
+
+    fn = g._wo_rs_kernel
+    bm, bn, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]
+    out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
+    sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), scale_ptr=out if int4 else "*fp32",
+               z_ptr="*u8" if int4 else "*fp32", bias_ptr=out, y_ptr=out, M="i32", N="i32", K="i32", GROUPS="i32",
+               stride_ym="i32", INT4="constexpr", HAS_BIAS="constexpr", GROUP_M="constexpr", STAGES="constexpr",
+               GROUP_SIZE="constexpr", INSTR_N="constexpr", P_LAYOUT="constexpr", num_warps="constexpr")
+    consts = dict(INT4=int4, HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], GROUP_SIZE=group,
+                  INSTR_N=min(bm, 256), P_LAYOUT=g.packed_a_layout(bn, x_desc.block_shape[1], warps) if int4 else None,
+                  num_warps=warps)
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
+             for a in ("scale_ptr", "z_ptr", "y_ptr", "N", "K", "stride_ym")}
+    return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=warps, num_stages=cfg["num_stages"]))
+
+
+def _compile_int4() -> list:
+    """The int4 kernel's candidates (bf16) and the first with fp16 and a bias, group 128, and the
+    BLOCK_K = 32 launch of group 32: compiled for sm_90, same checks as the int8 kernels."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from quantkit.kernels import int4_weight_only as k4
     from quantkit.kernels import wo_gemm_sm90 as g
@@ -136,25 +160,14 @@ def _compile_int4() -> list:
     jobs = [(c, torch.bfloat16, False, 128) for c in cands]
     jobs += [(cands[0], torch.float16, True, 128), (cands[0], torch.bfloat16, False, 32)]
     failures = []
-    fn = g._wo_int4_rs_kernel
     for cfg, dtype, has_bias, group in jobs:
-        bm, bn, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]
+        bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
         bk = min(cfg["BLOCK_K"], group)
         x, w = torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 2048, dtype=torch.uint8)
         x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bk],
                                   g._smem_layout(bm, bk, g._GL_DTYPES[dtype]))
         w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk // 2], g._smem_layout(bn, bk // 2, g.gl.uint8))
-        out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
-        sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), s_ptr=out, z_ptr="*u8", bias_ptr=out,
-                   y_ptr=out, M="i32", N="i32", K="i32", GROUPS="i32", stride_ym="i32", HAS_BIAS="constexpr",
-                   GROUP_M="constexpr", STAGES="constexpr", GROUP_SIZE="constexpr", INSTR_N="constexpr",
-                   P_LAYOUT="constexpr", num_warps="constexpr")
-        consts = dict(HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], GROUP_SIZE=group,
-                      INSTR_N=min(bm, 256), P_LAYOUT=g.packed_a_layout(bn, bk, warps), num_warps=warps)
-        attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
-                 for a in ("s_ptr", "z_ptr", "y_ptr", "N", "K", "stride_ym")}
-        kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                                options=dict(num_warps=warps, num_stages=cfg["num_stages"]))
+        kernel = _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4=True, group=group)
         info, sass = _sm90_tools(kernel)
         spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
         ptx = kernel.asm["ptx"]
