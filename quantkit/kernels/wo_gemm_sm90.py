@@ -373,24 +373,24 @@ def _tile_offsets(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROU
 
 
 @gluon.jit
-def _rs_refill(g, total, nprog, num_k, M, N, x_desc, w_desc, x_ring, w_ring, ready, pred,
-               STAGES: gl.constexpr, GROUP_M: gl.constexpr):
-    """Issue the TMA loads of this program's step g (nothing past its last one): tile
-    program_id + (g // num_k)·nprog, K step g % num_k. The weight's tile is BLOCK_K columns of int8
-    or BLOCK_K / 2 bytes of packed int4."""
-    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+def _rs_refill(g, kk, off_m, off_n, noff_m, noff_n, total, num_k, x_desc, w_desc, x_ring, w_ring, ready, pred,
+               STAGES: gl.constexpr):
+    """Issue the TMA loads of this program's step g (nothing past its last one), which is K step kk
+    of the current tile (origin off_m, off_n) or, when kk >= num_k, K step kk - num_k of the next one
+    (noff_m, noff_n; the launcher keeps STAGES <= num_k + 1, so it is never further). The weight's
+    tile is BLOCK_K columns of int8 or BLOCK_K / 2 bytes of packed int4."""
     X_COLS: gl.constexpr = x_desc.block_type.shape[1]
     W_COLS: gl.constexpr = w_desc.block_type.shape[1]
     tile_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
-    t = g // num_k
-    k = g - t * num_k
-    off_m, off_n = _tile_offsets(gl.program_id(0) + t * nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    nxt = kk >= num_k
+    k = gl.where(nxt, kk - num_k, kk)
+    om = gl.where(nxt, noff_m, off_m)
+    on = gl.where(nxt, noff_n, off_n)
     s = g % STAGES
     pred = pred & (g < total)
     mbarrier.expect(ready.index(s), tile_bytes, pred=pred)
-    tma.async_copy_global_to_shared(x_desc, [off_m, k * X_COLS], ready.index(s), x_ring.index(s), pred=pred)
-    tma.async_copy_global_to_shared(w_desc, [off_n, k * W_COLS], ready.index(s), w_ring.index(s), pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [om, k * X_COLS], ready.index(s), x_ring.index(s), pred=pred)
+    tma.async_copy_global_to_shared(w_desc, [on, k * W_COLS], ready.index(s), w_ring.index(s), pred=pred)
 
 
 @gluon.jit
@@ -428,14 +428,14 @@ def _rs_step(g, k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_rin
 
 
 @gluon.jit
-def _rs_retire(g, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, pred,
-               STAGES: gl.constexpr, GROUP_M: gl.constexpr):
-    """Wait until only step g's wgmma is in flight; once every warpgroup retired step g - 1 (the CTA
-    barrier), its ring slot takes step g - 1 + STAGES."""
+def _rs_retire(g, k, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, pred,
+               STAGES: gl.constexpr):
+    """Wait until only step g's wgmma (K step k of the tile) is in flight; once every warpgroup
+    retired step g - 1 (the CTA barrier), its ring slot takes step g - 1 + STAGES."""
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
     gl.thread_barrier()
-    _rs_refill(g - 1 + STAGES, total, nprog, num_k, M, N, x_desc, w_desc, x_ring, w_ring, ready, pred, STAGES,
-               GROUP_M)
+    _rs_refill(g - 1 + STAGES, k - 1 + STAGES, off_m, off_n, noff_m, noff_n, total, num_k, x_desc, w_desc, x_ring,
+               w_ring, ready, pred, STAGES)
     return acc
 
 
@@ -464,8 +464,11 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GR
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
+    off_m, off_n = _tile_offsets(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    noff_m, noff_n = _tile_offsets(pid + nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     for i in gl.static_range(STAGES):
-        _rs_refill(i, total, nprog, num_k, M, N, x_desc, w_desc, x_ring, w_ring, ready, True, STAGES, GROUP_M)
+        _rs_refill(i, i, off_m, off_n, noff_m, noff_n, total, num_k, x_desc, w_desc, x_ring, w_ring, ready, True,
+                   STAGES)
 
     # Y^T [BLOCK_N, BLOCK_M]: the warps split the weight rows (64 per warpgroup per instruction),
     # each wgmma covers INSTR_N x rows.
@@ -474,6 +477,9 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GR
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
     for t in range(my_tiles):
         off_m, off_n = _tile_offsets(pid + t * nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        # The next tile's origin, for refills that run past this tile's last K step (computed once
+        # per tile: the tile order's integer divisions cost ~100 instructions).
+        noff_m, noff_n = _tile_offsets(pid + (t + 1) * nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         if INT4:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
         else:
@@ -483,24 +489,28 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GR
         acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
         # K step 0 with use_acc=False: the accumulator entering the loop is defined by a wgmma (C7515).
         # Its retire refills the slot of the previous tile's last step (the first tile's slots were
-        # all filled above).
+        # all filled above, so not on the first tile).
         acc, a0, zm, s = _rs_step(g0, 0, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
                                   False, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
-        acc = _rs_retire(g0, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, t > 0, STAGES,
-                         GROUP_M)
+        acc = _rs_retire(g0, 0, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc, x_ring, w_ring,
+                         ready, t > 0, STAGES)
         # Two steps per trip, each with its own A registers (a1, a0): a step's conversion never
         # writes the registers of the wgmma still in flight.
         for k in range(1, num_k - 1, 2):
             acc, a1, zm, s = _rs_step(g0 + k, k, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring,
                                       ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
-            acc = _rs_retire(g0 + k, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, True,
-                             STAGES, GROUP_M)
+            acc = _rs_retire(g0 + k, k, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc, x_ring,
+                             w_ring, ready, True, STAGES)
             acc, a0, zm, s = _rs_step(g0 + k + 1, k + 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring,
                                       w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
-            acc = _rs_retire(g0 + k + 1, total, nprog, num_k, M, N, acc, x_desc, w_desc, x_ring, w_ring, ready, True,
-                             STAGES, GROUP_M)
+            acc = _rs_retire(g0 + k + 1, k + 1, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc,
+                             x_ring, w_ring, ready, True, STAGES)
         acc, a1, zm, s = _rs_step(g0 + num_k - 1, num_k - 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS,
                                   x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+        # Every step but the program's first refills the slot of the step before it, the last step of
+        # a tile included (the next tile's loads): each step is loaded exactly once.
+        acc = _rs_retire(g0 + num_k - 1, num_k - 1, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc,
+                         x_ring, w_ring, ready, True, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS,
                                BLOCK_M, BLOCK_N, num_warps)
@@ -594,9 +604,11 @@ def _launch_rs(x_desc, w_desc, scale, zero, bias, out, M, N, K, groups: int, gro
     int4 = zero is not None
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
     grid = (min(tiles, _num_sms(out.device.index or 0)) if cfg.get("PERSISTENT") else tiles,)
+    num_k = 2 * ceil_div(K, 2 * bk)
+    stages = min(int(cfg["num_stages"]), num_k + 1)  # a refill reaches at most into the next tile
     _wo_rs_fast[grid](x_desc, w_desc, scale, zero if int4 else scale, bias if bias is not None else scale, out,
                       M, N, K, groups, out.stride(0), INT4=int4, HAS_BIAS=bias is not None,
-                      GROUP_M=int(cfg.get("GROUP_M", 8)), STAGES=int(cfg["num_stages"]), GROUP_SIZE=group_size,
+                      GROUP_M=int(cfg.get("GROUP_M", 8)), STAGES=stages, GROUP_SIZE=group_size,
                       INSTR_N=min(bm, 256), P_LAYOUT=packed_a_layout(bn, bk, warps) if int4 else None,
                       num_warps=warps)
 

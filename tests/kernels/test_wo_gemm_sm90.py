@@ -263,6 +263,7 @@ _INT4_CASES = [  # (M, N, K, group, dtype, bias): M, N and K tails, every group 
     (257, 384, 4096, 64, torch.float16, False),
     (1030, 4096, 256, 32, torch.bfloat16, False),   # BLOCK_K clamped to the group; K shorter than the ring
     (520, 136, 3328, 256, torch.bfloat16, True),    # 13 K steps: the odd step is zero-filled
+    (2000, 2304, 128, 128, torch.bfloat16, False),  # 2 K steps, 144 tiles: persistent refills cross tiles
 ]
 
 
