@@ -97,7 +97,8 @@ class _Ptr:
 
 
 class _HostDesc:
-    """The fields of ``triton.tools.tensor_descriptor.TensorDescriptor`` that Triton's launcher reads."""
+    """The fields of a host tensor descriptor (``triton.tools.tensor_descriptor.TensorDescriptor`` or
+    Gluon's) that Triton's launcher reads."""
     __slots__ = ("base", "shape", "strides", "block_shape", "padding")
 
     def __init__(self, base, shape, strides, block_shape, padding):
@@ -212,6 +213,11 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError:  # pragma: no cover - older triton
         TensorDescriptor = ()
+    try:  # Gluon's host descriptor: the launcher reads the same fields (its layout is in the kernel)
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+    except ImportError:  # pragma: no cover - triton without Gluon
+        GluonTensorDescriptor = ()
+    descriptor_types = tuple(t for t in (TensorDescriptor, GluonTensorDescriptor) if t)
     steps = []
     try:
         for step in rec.steps:
@@ -242,7 +248,7 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
                     template.append(offset if root is None else None)
                     if root is not None:
                         slots.append((pos, root, offset))
-                elif TensorDescriptor and isinstance(value, TensorDescriptor):
+                elif descriptor_types and isinstance(value, descriptor_types):
                     root, offset = address(value.base)
                     fields = (list(value.shape), list(value.strides), list(value.block_shape),
                               getattr(value, "padding", "zero"))

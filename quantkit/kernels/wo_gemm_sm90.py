@@ -58,7 +58,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
-from quantkit.kernels.plan import note_unplannable
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div
 
@@ -572,13 +571,12 @@ def descriptors(x: torch.Tensor, weight_q: torch.Tensor, block_m: int, block_n: 
 def launch(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
     """One launch of the kernel for ``out = x @ weight_q^T * weight_scale (+ bias)``, through
     :func:`quantkit.kernels.launch.cached` (Triton's own launch path costs this kernel 100-500 µs of
-    host time, more than its GPU time at M = 1024). Host TMA descriptors are built per call, so the
-    call is not replayed by launch plans (they would keep the recorded addresses)."""
+    host time, more than its GPU time at M = 1024). Launch plans replay it like any other launch: the
+    host TMA descriptors are rebuilt there on the new addresses (quantkit.kernels.plan)."""
     M, K = x.shape
     N = weight_q.shape[0]
     bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
     x_desc, w_desc = descriptors(x, weight_q, bm, bn, bk)
-    note_unplannable("a Gluon launch with host TMA descriptors")
     if cfg.get("RS"):
         _launch_rs(x_desc, w_desc, weight_scale, None, bias, out, M, N, K, 1, bk, cfg)
         return
@@ -636,5 +634,4 @@ def launch_int4(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -
     x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bk], _smem_layout(bm, bk, _GL_DTYPES[x.dtype]))
     w_desc = TensorDescriptor(packed, list(packed.shape), list(packed.stride()), [bn, bk // 2],
                               _smem_layout(bn, bk // 2, gl.uint8))
-    note_unplannable("a Gluon launch with host TMA descriptors")
     _launch_rs(x_desc, w_desc, scale, zero, bias, out, M, N, K, scale.shape[1], group_size, cfg)

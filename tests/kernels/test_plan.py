@@ -107,6 +107,36 @@ def test_replay_makes_the_launches_a_normal_call_makes(monkeypatch):
         assert replayed[1][13 + 4] == bias.data_ptr()
 
 
+def test_gluon_host_descriptors_are_rebuilt_on_the_new_addresses(monkeypatch):
+    """The Gluon weight-only kernels take host TMA descriptors of x and of the weight: at replay the
+    launcher gets descriptors with the same shape, strides and block on the new x (the weight's is a
+    layer buffer and keeps its address)."""
+    gluon_hopper = pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    from quantkit.kernels import wo_gemm_sm90 as g
+
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    weight = torch.randn(16, 32).to(torch.int8)
+
+    def gluon_linear(x, weight):
+        y = torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype)
+        x_desc = gluon_hopper.TensorDescriptor(x, list(x.shape), list(x.stride()), [64, 32],
+                                               g._smem_layout(64, 32, g.gl.bfloat16))
+        w_desc = gluon_hopper.TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [16, 32],
+                                               g._smem_layout(16, 32, g.gl.int8))
+        _launch(K1, (1,), [x_desc, w_desc, y, x.shape[0]])
+        return y
+
+    _, plan = plan_mod._record(gluon_linear, torch.randn(5, 32).to(torch.bfloat16), (weight,))
+    assert isinstance(plan, plan_mod.Plan), plan
+    x_new = torch.randn(9, 32).to(torch.bfloat16)[2:7]
+    y = plan.replay(x_new, (weight,))
+    x_desc, w_desc, y_ptr, m = K1.run.calls[-1][13:]
+    assert x_desc.base.data_ptr() == x_new.data_ptr() and list(x_desc.shape) == [5, 32]
+    assert list(x_desc.strides) == [32, 1] and list(x_desc.block_shape) == [64, 32]
+    assert w_desc.base.data_ptr() == weight.data_ptr() and list(w_desc.block_shape) == [16, 32]
+    assert y_ptr == y.data_ptr() and m == 5
+
+
 def test_bias_none_points_at_the_new_output(monkeypatch):
     monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
     weight, scale, _, flag = _args()
@@ -212,10 +242,8 @@ def test_planned_layers_match_unplanned_kernels_gpu(recipe):
 
     reasons = {str(r) for r in resolve(recipe.replace("-", "_"), "linear", torch.device("cuda", 0)).plans.values()
                if isinstance(r, str)}
-    # The one documented exception: int8 weight-only above M = 256 on sm_90 runs the Gluon kernel,
-    # whose host TMA descriptors carry addresses a replay would not update (notes/launch_plans.md).
-    allowed = {"a Gluon launch with host TMA descriptors"} if recipe == "int8-weight-only" else set()
-    assert reasons <= allowed, f"{recipe}: calls not planned: {reasons - allowed}"
+    # Every call planned, the Gluon kernels' (host TMA descriptors rebuilt at replay) included.
+    assert not reasons, f"{recipe}: calls not planned: {reasons}"
 
 
 
