@@ -703,7 +703,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
                 _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True)]
     return [_mma(128, 128, 64, 1, 8, 4, True), _dequant_mm(),
             _dequant_mm(16, 512, 4), _tma_wgmma(), _tma_wgmma(stages=6), _tma_wgmma(persistent=True),
-            _tma_wgmma(stages=6, persistent=True), _tma_wgmma(bm=128, stages=6, persistent=True)]
+            _tma_wgmma(stages=6, persistent=True)]
 
 
 def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tuple:

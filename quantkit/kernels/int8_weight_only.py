@@ -491,9 +491,6 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _tma_wgmma_config(256, 128, 64, 8, 5, rs=True),
             _tma_wgmma_config(256, 128, 64, 8, 4, rs=True, persistent=True),
             _tma_wgmma_config(256, 128, 64, 8, 5, rs=True, persistent=True),
-            # half the x rows a tile: 2x the tiles, so the last wave is fuller where the 256-row
-            # tiles leave one a third full (14336 x 4096 at M = 1024: 448 tiles on 132 SMs)
-            _tma_wgmma_config(128, 128, 64, 8, 6, rs=True, persistent=True),
         ]
     if default not in cands:
         cands.insert(0, default)
