@@ -459,7 +459,6 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _stream_config(16, 512, 4, 3),
             _stream_config(16, 256, 4, 4),
             _stream_config(32, 256, 4, 4),
-            _stream_config(32, 512, 8, 3),
             _stream_config(32, 512, 4, 3),
         ]
         if M > 1 and N >= 8192:
