@@ -683,7 +683,7 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M >= _DEQUANT_MM_MIN_M:
         # The Gluon kernel (dequant_mm where it cannot run) wins where the dequantization pass is a
         # large share of cuBLAS' time; from ~2K rows the pass is paid back (H100 sweep: 0.81-0.95x of
-        # dequant_mm's time at M = 1024, 1.03-1.17x at M = 4096).
+        # dequant_mm's time at M = 1024, 1.03-1.18x at M = 4096).
         return _tma_wgmma() if M < _TMA_WGMMA_MAX_M else _dequant_mm()
     return _default_mma(M, N, K)
 

@@ -39,12 +39,19 @@ with one value per step the next step's conversion would do exactly that). ptxas
 live until the ``wgmma.wait_group`` that retires them; the CPU test checks the SASS for any write to
 an in-flight A fragment. The K steps are rounded up to an even count (one zero-filled step at most).
 
-Numerics are those of ``int8_weight_only_linear``: float32 accumulation in the tensor cores, the
-per-channel scale and the bias applied once to the float32 sum, one rounding to x.dtype.
+The same kernel takes packed int4 weights (``INT4``, :func:`launch_int4`): tiles [BLOCK_N, BLOCK_K / 2]
+of bytes loaded in the layout whose two nibbles are exactly the A fragment's registers
+(:func:`packed_a_layout`), each byte converted with its group's zero-point and scale in one pass.
 
-Requirements (the caller checks, :func:`usable`): sm_90, x bf16/fp16 with unit stride along K and a
-16-byte-aligned row stride, K a multiple of 16 (TMA's 16-byte rows for the int8 weight), 16-byte
-aligned base addresses. Edges in M, N and K are zero-filled by TMA; the output store is masked.
+Numerics. int8: those of ``int8_weight_only_linear`` — float32 accumulation in the tensor cores, the
+per-channel scale and the bias applied once to the float32 sum, one rounding to x.dtype. int4: the
+weight (q - z)·s rounded once to x.dtype (as the reference's dequantized weight cast to it), float32
+accumulation, bias, one rounding.
+
+Requirements (the callers check, :func:`usable`, :func:`usable_int4`): sm_90, x bf16/fp16 with unit
+stride along K and a 16-byte-aligned row stride, K a multiple of 16 (TMA's 16-byte rows for the int8
+weight; 32 for packed int4, whose scales must also be in x's dtype), 16-byte aligned base addresses.
+Edges in M, N and K are zero-filled by TMA; the output store is masked.
 """
 from __future__ import annotations
 
