@@ -332,28 +332,22 @@ def _int8_pairs_to_16bit(q, dtype: gl.constexpr):
 # cast to x.dtype). t = b | b << 12 puts q0 in bits 0..3 and q1 in bits 16..19; OR-ing the magic
 # (bf16 128 / fp16 1024: the codes fall in the mantissa) gives (magic + q0, magic + q1) exactly;
 # minus (magic + z) gives q - z exactly; one multiply by s rounds once.
-_ASM_I4X2_TO_BF16X2 = gl.constexpr("""{
+def _asm_i4x2(magic: int, ty: str) -> gl.constexpr:
+    return gl.constexpr(f"""{{
     .reg .b32 t, zz, ss;
     and.b32 t, $2, 0xff;
     mul.lo.u32 t, t, 0x1001;
-    lop3.b32 t, t, 0x000f000f, 0x43004300, 0xea;
-    mov.b32 zz, {$3, $3};
-    mov.b32 ss, {$4, $4};
-    sub.rn.bf16x2 t, t, zz;
-    mul.rn.bf16x2 t, t, ss;
-    mov.b32 {$0, $1}, t;
-}""")
-_ASM_I4X2_TO_F16X2 = gl.constexpr("""{
-    .reg .b32 t, zz, ss;
-    and.b32 t, $2, 0xff;
-    mul.lo.u32 t, t, 0x1001;
-    lop3.b32 t, t, 0x000f000f, 0x64006400, 0xea;
-    mov.b32 zz, {$3, $3};
-    mov.b32 ss, {$4, $4};
-    sub.rn.f16x2 t, t, zz;
-    mul.rn.f16x2 t, t, ss;
-    mov.b32 {$0, $1}, t;
-}""")
+    lop3.b32 t, t, 0x000f000f, {magic * 0x10001:#010x}, 0xea;
+    mov.b32 zz, {{$3, $3}};
+    mov.b32 ss, {{$4, $4}};
+    sub.rn.{ty}x2 t, t, zz;
+    mul.rn.{ty}x2 t, t, ss;
+    mov.b32 {{$0, $1}}, t;
+}}""")
+
+
+_ASM_I4X2_TO_BF16X2 = _asm_i4x2(0x4300, "bf16")
+_ASM_I4X2_TO_F16X2 = _asm_i4x2(0x6400, "f16")
 
 
 @gluon.jit
