@@ -1,11 +1,15 @@
-"""The Gluon weight-only GEMM for sm_90 (quantkit.kernels.wo_gemm_sm90).
+"""The Gluon weight-only GEMMs for sm_90 (quantkit.kernels.wo_gemm_sm90), int8 and int4.
 
-Gluon kernels do not run in Triton's interpreter, so on the CPU every candidate config is compiled for
-sm_90 with the ptxas that ships with triton (no spills, shared memory within the 227 KB an H100 CTA
-may have, and the loop really overlaps: asynchronous wgmma, waited with one group outstanding, TMA
-loads, no wgmma serialized by ptxas, and in the SASS no register of an in-flight wgmma rewritten). On the GPU: the benchmark shapes are covered by the int8 weight-only tests' every-candidate
-test; here odd shapes (M, N and K edges), fp16, a bias, half-precision scales, strided x rows, and a
-CUDA graph — against the float64 formula within the float32 bound.
+Gluon kernels do not run in Triton's interpreter, so on the CPU the inline-PTX conversions are
+emulated instruction by instruction for every byte value, and every candidate config (both formats)
+is compiled for sm_90 with the ptxas that ships with triton (no spills, shared memory within the 227 KB
+an H100 CTA may have, and the loop really overlaps: asynchronous wgmma, waited with one group
+outstanding, TMA loads, no wgmma serialized by ptxas, in the SASS no register of an in-flight wgmma
+rewritten, and for int4 no data movement between the packed bytes' layout and the A operand's).
+On the GPU: the benchmark shapes are covered by the int8 and int4 weight-only tests' every-candidate
+tests; here odd shapes (M, N and K edges), fp16, a bias, half-precision scales, every int4 group size,
+strided x rows, and a CUDA graph — against the float64 formula within the float32 bound (int4: the
+int4 tests' bound for a weight rounded once to x.dtype).
 """
 from __future__ import annotations
 
