@@ -41,11 +41,10 @@ Kernels (the config, chosen by problem size, names one; see :func:`default_confi
             step's wgmmas before that single buffer is rewritten, so only other CTAs overlap the
             conversion with MMAs; x tiles are cp.async-pipelined. The M > 256 kernel wherever the
             Gluon one below cannot run (fp32 x, not sm_90, K % 16 != 0, unaligned rows).
-    tma_wgmma  for M > 256 on sm_90: the Gluon kernels of :mod:`quantkit.kernels.wo_gemm_sm90`
-            (TMA ring, asynchronous wgmma, the next tile converted while the previous MMA runs).
-            ``RS`` (the default): Y^T tiles with the converted weight as wgmma's register operand,
-            1.6-1.8x the speed of ``mma_ss`` on the H100; without it the weight is converted into a
-            shared-memory operand (``WS``: warp-specialized), 1.1-1.4x.
+    tma_wgmma  for M > 256 on sm_90 (and M <= 16 on wide layers): the Gluon kernel of
+            :mod:`quantkit.kernels.wo_gemm_sm90` (TMA ring, Y^T tiles with the converted weight as
+            the register operand of an asynchronous wgmma, the next tile converted while the
+            previous MMA runs), 1.6-1.8x the speed of ``mma_ss`` on the H100.
 
 The wgmma fence (correctness of ``mma``): with a register A operand, Triton 3.6 splits each
 step's dot into k16 wgmmas and leaves up to three of them in flight across the loop's back edge
@@ -377,15 +376,12 @@ def _mma_ss_config(block_m: int, block_n: int, block_k: int, warps: int, stages:
 
 
 def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stages: int, group: int = 8,
-                      ws: bool = False, rs: bool = False, persistent: bool = False) -> dict:
-    """The Gluon kernels of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, 16-bit x, K % 16 == 0);
-    elsewhere the ``mma_ss`` default runs instead. ``ws``: the warp-specialized variant; ``rs``: the
-    variant with the converted weight as wgmma's register operand, ``persistent``: launched with one
-    program per SM looping over tiles."""
-    assert not (ws and rs), "the register-operand kernel has no warp-specialized variant"
-    assert rs or not persistent, "only the register-operand kernel runs persistently"
+                      persistent: bool = False) -> dict:
+    """The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, 16-bit x, K % 16 == 0): the
+    converted weight as wgmma's register operand. ``persistent``: one program per SM looping over
+    tiles. Where it cannot run, the default config for the problem's M runs instead."""
     cfg = {"kernel": "tma_wgmma", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group,
-           "num_warps": warps, "num_stages": stages, "WS": ws, "RS": rs}
+           "num_warps": warps, "num_stages": stages}
     if persistent:
         cfg["PERSISTENT"] = True
     return cfg
@@ -435,10 +431,10 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M <= 256:
         return _mma_config(64, 128, 128, 4, 4)
     # The Gluon register-operand kernel (sm_90, 16-bit x, K % 16 == 0; mma_ss 256x128x64 elsewhere):
-    # 1.6-1.8x faster than mma_ss and 1.2-1.3x faster than the shared-operand Gluon kernels in the
-    # H100 sweep, the winner in all six large-M cells. 256 x rows per tile: each converted weight
+    # 1.6-1.8x faster than mma_ss and 1.2-1.3x faster than round 4's shared-operand Gluon kernels in
+    # the H100 sweep. 256 x rows per tile: each converted weight
     # fragment serves 256 rows (notes/int8_weight_only.md, round 5).
-    return _tma_wgmma_config(256, 128, 64, 8, 4, rs=True)
+    return _tma_wgmma_config(256, 128, 64, 8, 4)
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
@@ -465,7 +461,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             # The register-operand Gluon kernel with 16 x rows a tile streams 64 weight rows per
             # program from a TMA ring: 7 % faster than `stream` at 14336 x 4096, M = 16 (H100 probe;
             # 1.2-1.8x slower where N / 64 programs leave SMs idle, and at M = 1).
-            cands.append(_tma_wgmma_config(16, 64, 256, 4, 4, rs=True))
+            cands.append(_tma_wgmma_config(16, 64, 256, 4, 4))
     elif M <= 64:
         bm = max(16, _pow2_at_least(M))
         s64 = _split_for(ceil_div(N, 64), ceil_div(K, 128), 2 * _NUM_SMS_H100, 4)
@@ -490,11 +486,9 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         cands = [
             _mma_ss_config(256, 128, 64, 8, 3),
             _tma_wgmma_config(256, 128, 64, 8, 4),
-            _tma_wgmma_config(256, 128, 64, 8, 4, ws=True),
-            _tma_wgmma_config(256, 128, 64, 8, 4, rs=True),
-            _tma_wgmma_config(256, 128, 64, 8, 5, rs=True),
-            _tma_wgmma_config(256, 128, 64, 8, 4, rs=True, persistent=True),
-            _tma_wgmma_config(256, 128, 64, 8, 5, rs=True, persistent=True),
+            _tma_wgmma_config(256, 128, 64, 8, 5),
+            _tma_wgmma_config(256, 128, 64, 8, 4, persistent=True),
+            _tma_wgmma_config(256, 128, 64, 8, 5, persistent=True),
         ]
     if default not in cands:
         cands.insert(0, default)

@@ -31,7 +31,7 @@ def _candidates():
     from quantkit.kernels import int8_weight_only as k
 
     seen = []
-    for m in (1024, 4096):
+    for m in (16, 1024, 4096):
         for n, kk in ((4096, 4096), (14336, 4096), (4096, 14336)):
             for c in k.candidate_configs(m, n, kk):
                 if c["kernel"] == "tma_wgmma" and c not in seen:
@@ -42,45 +42,23 @@ def _candidates():
 def _compile_main() -> None:
     """Run in a subprocess without TRITON_INTERPRET: compile each candidate (bf16, no bias) and the
     first with fp16 and a bias for sm_90; print one line each and 'ok' when all pass."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     from quantkit.kernels import wo_gemm_sm90 as g
 
     jobs = [(c, torch.bfloat16, False) for c in _candidates()]
     jobs.append((jobs[0][0], torch.float16, True))
-    jobs.append((next(c for c in _candidates() if c["RS"]), torch.float16, True))
     failures = []
     for cfg, dtype, has_bias in jobs:
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         x, w = torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 4096, dtype=torch.int8)
         x_desc, w_desc = g.descriptors(x, w, bm, bn, bk)
-        if cfg["RS"]:
-            kernel = _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4=False, group=bk)
-        else:
-            fn = g._wo_int8_ws_kernel if cfg["WS"] else g._wo_int8_kernel
-            out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
-            sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), scale_ptr="*fp32", bias_ptr=out,
-                       y_ptr=out, M="i32", N="i32", K="i32", stride_ym="i32", HAS_BIAS="constexpr",
-                       GROUP_M="constexpr", STAGES="constexpr", INSTR_N="constexpr", num_warps="constexpr")
-            consts = dict(HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], INSTR_N=min(bn, 256),
-                          num_warps=cfg["num_warps"])
-            attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
-                     for a in ("scale_ptr", "y_ptr", "N", "K", "stride_ym")}
-            kernel = triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                                    options=dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        kernel = _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4=False, group=bk)
         ptx = kernel.asm["ptx"]
         info, sass = _sm90_tools(kernel)
         spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
         smem = kernel.metadata.shared
         overlap = ("wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
                    and "cp.async.bulk.tensor" in ptx)
-        # A register A operand rewritten while its wgmma runs (the register-operand kernel only: the
-        # others store the next operand buffer while a wgmma reads another by design, and the
-        # warp-specialized kernel's SASS interleaves the code of threads that share no registers).
-        hazards = hgmma_register_hazards(sass) if cfg["RS"] else []
+        hazards = hgmma_register_hazards(sass)  # a register A operand rewritten while its wgmma runs
         what = f"{cfg} {str(dtype)[6:]} bias={has_bias}"
         print(f"{what}: spills={spills} smem={smem} overlap={overlap} hazards={hazards[:3]}")
         if spills or smem > _SMEM_LIMIT or not overlap or hazards or "C7515" in info or "C7512" in info:
@@ -189,12 +167,14 @@ def _compile_int4() -> list:
     return failures
 
 
-def test_candidates_are_offered_for_large_m_only():
+def test_candidates_are_offered_for_large_m_and_wide_decode_layers():
     from quantkit.kernels import int8_weight_only as k
 
-    assert _candidates(), "no Gluon config among the large-M candidates"
-    for m in (1, 16, 128):
-        assert all(c["kernel"] != "tma_wgmma" for c in k.candidate_configs(m, 4096, 4096))
+    assert _candidates(), "no Gluon config among the candidates"
+    for m, n, offered in [(1, 14336, False), (16, 4096, False), (16, 14336, True), (128, 14336, False),
+                          (1024, 4096, True)]:
+        got = any(c["kernel"] == "tma_wgmma" for c in k.candidate_configs(m, n, 4096))
+        assert got == offered, (m, n)
 
 
 def test_falls_back_where_it_cannot_run(kernel_device):
