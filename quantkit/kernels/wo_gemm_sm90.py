@@ -337,7 +337,8 @@ def _is_sm90(index: int) -> bool:
 
 
 def usable(x: torch.Tensor, weight_q: torch.Tensor) -> bool:
-    """Whether this kernel can take the problem (see the module docstring's requirements)."""
+    """Whether the kernel can take x and the weight's bytes [N, K] (int8) or [N, K / 2] (packed int4):
+    see the module docstring's requirements."""
     return (x.is_cuda and x.dtype in _GL_DTYPES and _is_sm90(x.device.index or 0)
             and x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
             and weight_q.is_contiguous() and weight_q.shape[1] % 16 == 0 and weight_q.data_ptr() % 16 == 0)
@@ -397,10 +398,7 @@ def usable_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, grou
     whole groups per K step (``group_size`` a multiple of the step, which :func:`launch_int4` sets to
     ``min(block_k, group_size)``)."""
     bk = min(block_k, group_size)
-    return (x.is_cuda and x.dtype in _GL_DTYPES and scale.dtype == x.dtype and _is_sm90(x.device.index or 0)
-            and x.stride(1) == 1 and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
-            and packed.is_contiguous() and packed.shape[1] % 16 == 0 and packed.data_ptr() % 16 == 0
-            and bk >= 32 and group_size % bk == 0)
+    return usable(x, packed) and scale.dtype == x.dtype and bk >= 32 and group_size % bk == 0
 
 
 def launch_int4(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:

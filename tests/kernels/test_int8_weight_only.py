@@ -478,6 +478,12 @@ def test_every_shipped_launch_compiles_for_sm90_without_wgmma_hazards():
     """Every launch the sweep can pick (and the defaults with fp16/fp32/bias/unaligned K) compiles for
     sm_90 with the ptxas that ships with triton: no spills, ≤ 227 KB shared memory, and no register
     of an in-flight wgmma rewritten — checked on the SASS that the GPU runs."""
+    run_sm90_check("from tests.kernels.test_int8_weight_only import _sm90_check_main; _sm90_check_main()")
+
+
+def run_sm90_check(code: str) -> None:
+    """Run ``code`` (a ``*_main`` that compiles for sm_90 and prints 'ok' last) in a subprocess without
+    TRITON_INTERPRET; skip where triton has no NVIDIA backend or no ptxas / nvdisasm."""
     try:
         import triton.backends.nvidia  # noqa: F401
         import triton
@@ -490,7 +496,6 @@ def test_every_shipped_launch_compiles_for_sm90_without_wgmma_hazards():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {key: v for key, v in os.environ.items() if key != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    code = "from tests.kernels.test_int8_weight_only import _sm90_check_main; _sm90_check_main()"
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-6000:] + proc.stderr[-4000:]

@@ -13,16 +13,15 @@ int4 tests' bound for a weight rounded once to x.dtype).
 """
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 
 from quantkit.reference.int8 import quantize_weight_int8_per_channel
-from tests.kernels.test_int8_weight_only import _assert_within, _fp32_bound, _sm90_tools, hgmma_register_hazards
+from tests.kernels.test_int8_weight_only import (_assert_within, _fp32_bound, _sm90_tools, hgmma_register_hazards,
+                                                 run_sm90_check)
 
 _SMEM_LIMIT = 232448  # bytes of shared memory one CTA may use on sm_90
 
@@ -193,21 +192,7 @@ def test_falls_back_where_it_cannot_run(kernel_device):
 
 @pytest.mark.slow
 def test_every_candidate_compiles_for_sm90():
-    try:
-        import triton
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("triton has no NVIDIA backend here")
-    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    if not all(os.path.exists(os.path.join(bin_dir, t)) for t in ("ptxas", "nvdisasm")):
-        pytest.skip("triton's ptxas / nvdisasm are not available")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {key: v for key, v in os.environ.items() if key != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    code = "from tests.kernels.test_wo_gemm_sm90 import _compile_main; _compile_main()"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-4000:] + proc.stderr[-4000:]
+    run_sm90_check("from tests.kernels.test_wo_gemm_sm90 import _compile_main; _compile_main()")
 
 
 # --------------------------------------------------------------------------- GPU
