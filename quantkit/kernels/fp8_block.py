@@ -246,7 +246,7 @@ def _gemv_kernel(
         for g in tl.static_range(GROUPS):
             kg = k0 + g * BLOCK_K
             in_k = (kg + offs_kk < K)[None, :]
-            w_t = w_t + (tl.load(w_ptrs + kg, mask=mask_w[:, None] & in_k, other=0.0),)
+            w_t = w_t + (tl.load(w_ptrs + kg, mask=mask_w[:, None] & in_k, other=0.0, eviction_policy="evict_first"),)
             x_t = x_t + (tl.load(x_ptrs + kg, mask=in_k, other=0.0),)
             s_t = s_t + (tl.load(ws_row + (kg // BLOCK_K) * stride_wsk, mask=kg < K, other=0.0),)
         for g in tl.static_range(GROUPS):
@@ -266,11 +266,13 @@ def _gemm_swap_kernel(
     stride_xm, stride_xsm, stride_xsk, stride_wn, stride_wsn, stride_wsk, stride_ym,
     BLOCK_W: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS: tl.constexpr,
     FUSE: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, UE8M0: tl.constexpr, ON_GPU: tl.constexpr,
+    W_EVICT: tl.constexpr = "",
 ):
     """yᵀ[BLOCK_W, BLOCK_X] = W[BLOCK_W, K] · x[BLOCK_X, K]ᵀ; BLOCK_W divides b (one weight scale row).
 
     Program order is x-tile fastest, so the programs sharing a weight slice run together (one HBM read).
-    EVEN_K: K is a multiple of the step BLOCK_K·GROUPS (no K masks)."""
+    EVEN_K: K is a multiple of the step BLOCK_K·GROUPS (no K masks). W_EVICT: the weight loads' L2
+    eviction policy ("evict_first" where one x tile covers M, so that each weight byte is read once)."""
     pid = tl.program_id(0)
     num_x = tl.cdiv(M, BLOCK_X)
     pid_x = pid % num_x
@@ -322,7 +324,7 @@ def _gemm_swap_kernel(
             else:
                 xq = tl.load(x_ptrs + kg, mask=mask_a, other=0.0)
                 x_s = xs_cur[g]
-            w = tl.load(w_ptrs + kg, mask=mask_b, other=0.0)
+            w = tl.load(w_ptrs + kg, mask=mask_b, other=0.0, eviction_policy=W_EVICT)
             p = tl.dot(w, tl.trans(xq))
             acc = tl.fma(p, (x_s * ws_cur[g])[None, :], acc)
 
@@ -763,6 +765,7 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
             y.stride(0),
             BLOCK_W=bw, BLOCK_X=bx, BLOCK_K=block_size, GROUPS=groups, FUSE=fuse,
             HAS_BIAS=has_bias, EVEN_K=k % (block_size * groups) == 0, UE8M0=ue8m0, ON_GPU=x.is_cuda,
+            W_EVICT="evict_first" if m <= bx and x.is_cuda else "",
             num_warps=config["num_warps"], num_stages=config["num_stages"])
         return y
     if config["kernel"] == "stream":

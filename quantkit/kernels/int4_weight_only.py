@@ -200,7 +200,7 @@ def _small_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr,
 
     acc = tl.zeros([CHUNKS, BLOCK_N, BLOCK_M], dtype=tl.float32)
     for t in range(0, TILES):
-        words = tl.load(w_ptrs + t * (CHUNKS * DKW))
+        words = tl.load(w_ptrs + t * (CHUNKS * DKW), eviction_policy="evict_first")  # read once
         if R == 1:
             g_t = t * CHUNKS  # known multiple of CHUNKS: s and z load as CHUNKS-wide vectors (cp.async)
         else:
@@ -583,10 +583,11 @@ _KEYS = {
     "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "GROUP_M", "SCALE_IN", "num_warps", "num_stages"),
     "dequant_mm": ("BLOCK_N", "BLOCK_K", "num_warps"),
     "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
+    "decode": ("MT", "WK", "WM", "DK"),
 }
 _POW2_KEYS = {"small": ("BLOCK_N", "CHUNKS", "num_warps"), "gemv": ("BLOCK_N", "BLOCK_K"),
               "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K"), "dequant_mm": ("BLOCK_N", "BLOCK_K"),
-              "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps")}
+              "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), "decode": ("MT", "WK", "WM", "DK")}
 _TARGET_PROGRAMS = 256  # about two per SM on an H100 (132 SMs): enough to hide a tail
 _DEQUANT_MM_MIN_M = 512  # from here cuBLAS on a dequantized weight beats the in-loop dequantization
 _TMA_WGMMA_MAX_M = 2048  # below it (and from _DEQUANT_MM_MIN_M) the Gluon kernel, where it can run
@@ -624,6 +625,14 @@ def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8, persistent=F
     return cfg
 
 
+def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True) -> dict:
+    """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16): 16·MT·WM
+    weight rows per program, WK warps splitting K in DK-deep chunks (SUB of them per warp and trip),
+    WM warps splitting the rows; ``xpf``: x prefetched a trip ahead like the weight (else loaded at
+    use). Elsewhere (and where it cannot run) the default small-M config."""
+    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
+
+
 def _check_config(config: dict) -> None:
     keys = _KEYS.get(config.get("kernel"))
     if keys is None:
@@ -641,6 +650,8 @@ def _check_config(config: dict) -> None:
     if config["kernel"] == "small" and config["BLOCK_N"] < 16:
         raise ValueError(f"int4_weight_only small config: BLOCK_N must be >= 16 (one mma row tile), got {config!r}")
 
+    if config["kernel"] == "decode" and (config["DK"] not in (64, 128) or config["WK"] * config["WM"] > 16):
+        raise ValueError(f"int4_weight_only decode config: DK must be 64 or 128 and WK·WM <= 16, got {config!r}")
     if config["kernel"] == "dequant_mm" and config["BLOCK_K"] < 8:
         raise ValueError(f"int4_weight_only dequant_mm config: BLOCK_K must be >= 8 (one word), got {config!r}")
 
@@ -679,7 +690,11 @@ def _default_mma(M: int, N: int, K: int) -> dict:
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config valid for every problem (the fallback when no tuned entry exists)."""
     if M <= _SMALL_MAX_M:
-        return _default_small(M, N, K)
+        # The Gluon decode kernel (the small-M Triton kernel where it cannot run). Tall layers have
+        # programs enough for 16 rows and 4 warps a program; short ones split K over 8 warps.
+        if M == 1:
+            return _decode(1, 4) if N >= 8192 else _decode(1, 8, sub=2, xpf=False)
+        return _decode(4, 4, xpf=False) if N >= 8192 else _decode(1, 8)
     if M >= _DEQUANT_MM_MIN_M:
         # The Gluon kernel (dequant_mm where it cannot run) wins where the dequantization pass is a
         # large share of cuBLAS' time; from ~2K rows the pass is paid back (H100 sweep: 0.81-0.95x of
@@ -693,11 +708,11 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     if M <= 1:
         # (CHUNKS=16 with 8 warps gave wrong outputs on an H100 at M=1, 510 of 512, cause not found:
         # the candidates keep one chunk a warp, as the defaults do, which passed every GPU test)
-        return [_small(16, 8, 8, 4), _small(32, 8, 8, 4), _small(32, 4, 4, 4),
-                _small(64, 8, 8, 3), _small(16, 4, 4, 6), _gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3)]
+        return [_gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3), _decode(1, 4), _decode(1, 8),
+                _decode(1, 8, sub=2, xpf=False), _decode(1, 16), _decode(1, 16, sub=2, xpf=False)]
     if M <= 16:
-        return [_small(16, 4, 4, 4), _small(16, 8, 8, 3), _small(32, 8, 8, 3), _small(32, 4, 4, 4),
-                _small(64, 4, 4, 3), _mma(16, 32, 128, 1, 4, 4, False)]
+        return [_small(16, 4, 4, 4), _small(64, 4, 4, 3), _decode(4, 4, xpf=False),
+                _decode(2, 4), _decode(1, 4), _decode(1, 8), _decode(2, 8)]
     if M <= 256:
         return [_mma(64, 64, 128, 1, 4, 4, False), _mma(64, 128, 64, 2, 4, 4, True), _mma(64, 64, 128, 2, 4, 4, False),
                 _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True)]
@@ -858,6 +873,16 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
     kind = config["kernel"]
     if kind == "gemv" and M != 1:
         config = default_config(M, N, K)
+        kind = config["kernel"]
+    if kind == "decode":
+        from quantkit.kernels import wo_decode_sm90
+
+        if 0 < M <= _SMALL_MAX_M and N > 0 and wo_decode_sm90.usable(x, weight_packed, weight_scale, group_size,
+                                                                      config):
+            y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+            wo_decode_sm90.launch(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
+            return y
+        config = _default_small(M, N, K) if M <= _SMALL_MAX_M else default_config(M, N, K)
         kind = config["kernel"]
     if kind == "tma_wgmma":
         from quantkit.kernels import wo_gemm_sm90

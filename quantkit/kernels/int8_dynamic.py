@@ -257,11 +257,11 @@ def _gemv_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, N, K, stride_xm, st
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             xk = tl.load(x_row + k0 + offs_k)
-            w = tl.load(w_ptrs + k0)
+            w = tl.load(w_ptrs + k0, eviction_policy="evict_first")
         else:
             k_mask = k0 + offs_k < K
             xk = tl.load(x_row + k0 + offs_k, mask=k_mask, other=0.0)
-            w = tl.load(w_ptrs + k0, mask=k_mask[None, :], other=0)
+            w = tl.load(w_ptrs + k0, mask=k_mask[None, :], other=0, eviction_policy="evict_first")
         xq = _codes(xk.to(tl.float32), scale_k, inv_k, COMPILED).to(tl.int32)
         acc += w.to(tl.int32) * xq[None, :]
     dot = tl.sum(acc, axis=1)
@@ -297,11 +297,11 @@ def _fused_dot_kernel(x_ptr, w_ptr, w_scale_ptr, bias_ptr, c_ptr, M, N, K, strid
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             xt = tl.load(x_rows + k0 + offs_k[None, :], mask=m_mask[:, None], other=0.0)
-            w = tl.load(w_ptrs + k0)
+            w = tl.load(w_ptrs + k0, eviction_policy="evict_first")
         else:
             k_mask = k0 + offs_k < K
             xt = tl.load(x_rows + k0 + offs_k[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-            w = tl.load(w_ptrs + k0, mask=k_mask[None, :], other=0)
+            w = tl.load(w_ptrs + k0, mask=k_mask[None, :], other=0, eviction_policy="evict_first")
         xq = _codes(xt.to(tl.float32), scale_b, inv_b, COMPILED).to(tl.int8)
         acc = tl.dot(xq, tl.trans(w), acc, out_dtype=tl.int32)
     _store_scaled(acc, scale, offs_m, offs_n, M, N, w_scale_ptr, bias_ptr, c_ptr, stride_cm, HAS_BIAS)

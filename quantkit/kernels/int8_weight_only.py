@@ -387,6 +387,14 @@ def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stag
     return cfg
 
 
+def _decode_config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, xpf: bool = True) -> dict:
+    """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16, 16-bit x,
+    K % DK == 0): the weight loaded straight into mma.sync fragments; 16·MT·WM rows per program, WK
+    warps splitting K in DK-deep chunks (SUB per warp and trip), ``xpf``: x loaded a trip ahead. Where
+    it cannot run, the default config for the problem's M runs instead."""
+    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
+
+
 def _pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
@@ -448,6 +456,9 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _gemv_config(8, 1024, 4, 3),
             _gemv_config(8, 512, 4, 1),
             _stream_config(16, 512, 4, 4),
+            _decode_config(1, 4),
+            _decode_config(1, 8),
+            _decode_config(1, 8, sub=2, xpf=False),
         ]
     elif M <= 16:
         cands = [
@@ -456,6 +467,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _stream_config(16, 256, 4, 4),
             _stream_config(32, 256, 4, 4),
             _stream_config(32, 512, 4, 3),
+            _decode_config(2, 4),
         ]
         if M > 1 and N >= 8192:
             # The register-operand Gluon kernel with 16 x rows a tile streams 64 weight rows per
@@ -571,6 +583,12 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         if wo_gemm_sm90.usable(x, weight_q):
             wo_gemm_sm90.launch(x, weight_q, weight_scale, bias, out, config)
             return out
+    if config.get("kernel") == "decode":
+        from quantkit.kernels import wo_decode_sm90
+
+        if M <= 16 and wo_decode_sm90.usable_int8(x, weight_q, config):
+            wo_decode_sm90.launch_int8(x, weight_q, weight_scale, bias, out, config)
+            return out
     for fast, grid, args, kwargs in _plan(x, weight_q, weight_scale, bias, out, M, N, K, config):
         fast[grid](*args, **kwargs)
     return out
@@ -580,10 +598,10 @@ def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
     """The launches that compute ``out`` with config ``cfg``: [(cached kernel, grid, args, kwargs)].
     (Also what the tests compile for sm_90 to check registers, shared memory and the SASS.)"""
     kind = cfg.get("kernel")
-    if kind == "tma_wgmma":  # where the Gluon kernel cannot run (linear() tries it first)
+    if kind in ("tma_wgmma", "decode"):  # where the Gluon kernels cannot run (linear() tries them first)
         cfg = default_config(M, N, K)
-        if cfg["kernel"] == "tma_wgmma":
-            cfg = _mma_ss_config(256, 128, 64, 8, 3)
+        if cfg["kernel"] in ("tma_wgmma", "decode"):
+            cfg = _mma_ss_config(256, 128, 64, 8, 3) if M > 16 else _stream_config(16, 512, 4, 4)
         kind = cfg["kernel"]
     bias_arg = bias if bias is not None else weight_scale  # never read without HAS_BIAS
     if kind == "gemv":

@@ -51,20 +51,38 @@ def make_problem(m, n, k, g, dtype, device, scale_dtype=None, bias=False, symmet
     return x, packed, scale, zero, b, w
 
 
+def ran(config, x, packed, scale, g):
+    """The config a call with ``config`` runs: a decode config falls back to the default small-M config
+    where the Gluon decode kernel cannot run, and carries the group size where it does (its numerics
+    depend on it: groups smaller than its K chunk round the weight to x.dtype)."""
+    if config is None or config["kernel"] != "decode":
+        return config
+    from quantkit.kernels import wo_decode_sm90
+
+    m, k = x.shape
+    if x.is_cuda and m <= 16 and wo_decode_sm90.usable(x, packed, scale, g, config):
+        return {**config, "_GROUP": g}
+    return k4._default_small(m, packed.shape[0], k)
+
+
 def rounds_weight(config, x) -> bool:
     """Whether the kernel multiplies by the weight rounded to x.dtype (the tile kernel with SCALE_IN on
-    the GPU, and dequant_mm and the Gluon kernel everywhere)."""
+    the GPU, the decode kernel with groups smaller than its chunk, and dequant_mm and the Gluon kernel
+    everywhere). ``config``: as :func:`ran` returns it."""
     if config is None or x.dtype == torch.float32:
         return False
     if config["kernel"] in ("dequant_mm", "tma_wgmma"):  # the Gluon kernel, or dequant_mm where it cannot run
         return True
+    if config["kernel"] == "decode":
+        return config["_GROUP"] < config["DK"]
     return x.is_cuda and config["kernel"] == "mma" and bool(config["SCALE_IN"])
 
 
 def tc_steps(config, k) -> float:
     """S of the module docstring: float32 accumulation steps that may each lose an ulp."""
     if config is not None and (config["kernel"] in ("dequant_mm", "tma_wgmma") or
-                               (config["kernel"] == "mma" and bool(config["SCALE_IN"]))):
+                               (config["kernel"] == "mma" and bool(config["SCALE_IN"])) or
+                               (config["kernel"] == "decode" and config["_GROUP"] < config["DK"])):
         return k / 16
     return math.sqrt(k * 128) / 16
 
@@ -116,6 +134,7 @@ def check_config_run(config, m, n, k, g, dtype, device, scale_dtype=None, bias=F
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, device, scale_dtype, bias, symmetric)
     y = k4.linear(x, packed, scale, zero, b, g, config=config)
     assert y.dtype == dtype and y.shape == (m, n)
+    config = ran(config, x, packed, scale, g)
     wdt = dtype if rounds_weight(config, x) else torch.float32
     assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"{config} M={m} N={n} K={k} g={g} {dtype}",
                   tc_steps(config, k))
@@ -330,13 +349,15 @@ def test_dequant_mm(kernel_device, m, dtype, bias):
                                            (260, 36, 128, 64, torch.bfloat16), (1100, 24, 64, 32, torch.float16),
                                            (2100, 40, 128, 64, torch.bfloat16)])
 def test_default_configs(kernel_device, m, n, k, g, dtype):
-    """config=None: the per-M dispatch (small kernel at M <= 16, tiles above, the Gluon kernel from 512
+    """config=None: the per-M dispatch (the decode kernel at M <= 16, or the small kernel where it cannot
+    run, tiles above, the Gluon kernel from 512
     rows (dequantize + GEMM where it cannot run, e.g. on the CPU), dequantize + GEMM from 2048)."""
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True, symmetric=m == 7)
     y = k4.linear(x, packed, scale, zero, b, g)
     config = k4.default_config(m, n, k)
-    assert config["kernel"] == ("small" if m <= 16 else "dequant_mm" if m >= 2048 else "tma_wgmma" if m >= 512
+    assert config["kernel"] == ("decode" if m <= 16 else "dequant_mm" if m >= 2048 else "tma_wgmma" if m >= 512
                                 else "mma")
+    config = ran(config, x, packed, scale, g)
     wdt = dtype if rounds_weight(config, x) else torch.float32
     assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}", tc_steps(config, k))
 
@@ -401,7 +422,7 @@ def test_config_space():
                 k4._check_config(c)
                 distinct.add(json.dumps(c, sort_keys=True))
                 if m <= 16:
-                    assert c["kernel"] in ("small", "gemv") or c["SPLIT_K"] == 1, c
+                    assert c["kernel"] in ("small", "gemv", "decode") or c["SPLIT_K"] == 1, c
     assert len(distinct) <= 24, len(distinct)
     assert json.loads(open(os.path.join(os.path.dirname(k4.__file__), "tuned", "int4_weight_only.json")).read()) \
         is not None
@@ -513,7 +534,7 @@ def test_real_shapes_gpu(n, k):
     for m in (1, 16, 128, 1024):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         y = k4.linear(x, packed, scale, zero, None, 128)  # tuned or default config, as the layer runs it
-        config = get_config(k4.FAMILY, m, n, k, module=k4)  # the config it ran (memoized)
+        config = ran(get_config(k4.FAMILY, m, n, k, module=k4), x, packed, scale, 128)  # what ran (memoized)
         wdt = x.dtype if rounds_weight(config, x) else torch.float32
         ref = reference64(x, packed, scale, zero, None, 128, wdt, acc_dtype=torch.float32)
         assert_output(y, ref, f"M={m} N={n} K={k} {config}", tc_steps(config, k))
@@ -543,14 +564,16 @@ def test_every_kernel_variant_gpu():
                 continue
             seen.add(key)
             y = k4.linear(x, packed, scale, zero, None, 128, config=c)
-            assert_output(y, ref_rounded if rounds_weight(c, x) else ref32, f"config {c} M={m}", tc_steps(c, k))
+            used = ran(c, x, packed, scale, 128)
+            assert_output(y, ref_rounded if rounds_weight(used, x) else ref32, f"config {c} M={m}",
+                          tc_steps(used, k))
             kind = (c["kernel"], c.get("SCALE_IN"))
             if c["kernel"] == "mma" and kind not in compared:
                 compared.add(kind)
                 y_f32 = k4.linear(x, packed, scale, zero, None, 128, config={**c, "ASM": False})
                 assert torch.equal(y, y_f32), f"PTX and float32 dequantization differ, config {c} M={m}"
-            if c["kernel"] == "small" and m == 1 and ("small", m) not in compared:
-                compared.add(("small", m))  # float32 CUDA-core dot: same values, other rounding
+            if c["kernel"] == "small" and "small" not in compared:
+                compared.add("small")  # float32 CUDA-core dot: same values, other rounding
                 y_f32 = k4.linear(x, packed, scale, zero, None, 128, config={**c, "ASM": False})
                 assert_output(y_f32, ref32, f"config {c} ASM=False M={m}", tc_steps(c, k))
             if c["kernel"] == "dequant_mm" and "dequant" not in compared:
@@ -559,7 +582,7 @@ def test_every_kernel_variant_gpu():
                 for asm in (True, False):
                     got = k4.dequantize(packed, scale, zero, 128, torch.bfloat16, {**c, "ASM": asm})
                     assert torch.equal(got, want), f"dequantize ASM={asm} {c}"
-    assert {("mma", False), ("mma", True), "dequant", ("small", 1)} <= compared, compared
+    assert {("mma", False), ("mma", True), "dequant", "small"} <= compared, compared
 
 
 @pytest.mark.gpu
@@ -600,7 +623,7 @@ def test_dtypes_odd_shapes_gpu(dtype, sdtype, name):
         ref = R.int4_weight_only_linear(x, packed, scale, zero, b, g)
         err, ref_err = rel_error(y, exact), rel_error(ref, exact)
         assert err <= ref_err * 1.02 + 1e-4, f"{config} M={m} N={n} K={k}: {err:.5f} > {ref_err:.5f}"
-        used = config or k4.default_config(m, n, k)
+        used = ran(config or k4.default_config(m, n, k), x, packed, scale, g)
         # the tile kernel with SCALE_IN rounds an fp16 scale to bf16 before the product: compare bit
         # bounds only where the kernel's weight and the reference's agree
         if not (rounds_weight(used, x) and used["kernel"] == "mma" and sdtype != dtype):

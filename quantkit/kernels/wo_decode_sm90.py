@@ -1,0 +1,432 @@
+"""Weight-only decode (M <= 16) on the tensor cores, written in Gluon: y = x @ dequant(W)^T (+ bias), for
+packed int4 (group-wise zero-points and scales) and int8 (one scale per row) weights.
+
+Why. At decode sizes a layer's time is the time to stream its weight, so every SM must keep tens of KB
+of weight in flight and convert it as fast as it arrives (int4 at 3 TB/s: ~26 weights a clock per
+SM). The CUDA-core GEMVs convert and multiply each weight with float32 FMAs (int4: ~3 instructions a
+weight). Here the weight goes from global memory straight into registers that *are* ``mma.sync`` A
+fragments (no shared memory, no barrier in the loop), is converted there (int4: 13 instructions per 8
+weights; int8: 8 per 4), and the tensor cores do the multiply-adds. Measured on an H100 the loop is
+bound by load latency rather than issue (ncu: ~60 % of stall cycles wait on L1TEX), so what counts is
+bytes in flight per warp and warps per SM (notes/int4_weight_only.md, round 6).
+
+Layout games, all in registers (int4; int8 is the same with bytes for nibble pairs):
+
+* A thread (lane 4·r + c) loads 16 contiguous bytes of a weight row per K chunk (``DK`` = 128 for
+  int4, 64 for int8): physical columns [c·DK/4, (c + 1)·DK/4) of the chunk, rows r and r + 8 of each
+  16-row tile. The chunk's K order is permuted, identically for the weight and for x, so that those
+  codes are exactly this thread's A-fragment entries: code i = 4·jh + 2·jl + e of the thread's word ω
+  is logical column 32·ω + 16·jh + 8·jl + 2·c + e (int8: byte j of word ω is 16·ω + 8·(j >> 1) + 2·c +
+  (j & 1)), i.e. each k step's columns (2c, 2c + 1, 2c + 8, 2c + 9) of m16n8k16. A dot product is the
+  same in any K order as long as both operands use it.
+* x is loaded in the same physical order, as 32-bit column pairs: thread c holds x[c·DK/4 ..
+  (c + 1)·DK/4) of its row(s), and the pairs are exactly its B-fragment registers (16-bit values
+  carried through the loop would cost ptxas a PRMT each to re-pack).
+* ``word_layout`` and ``x_layout`` say which elements each thread loads; ``join`` / ``permute`` /
+  ``reshape`` rename them into the logical order, and ``convert_layout`` to the mma operand layouts
+  moves no data (the CPU test compiles every candidate and checks for shared memory and shuffles).
+
+int4 conversion of one 32-bit word (8 codes, 4 bytes): ``u = w >> 4``; per byte j, ``prmt`` puts byte j
+of w in the low half and byte j of u in the high half, ``lop3`` keeps the low nibbles and ORs the magic
+(bf16 128 / fp16 1024, whose last mantissa bit is 1) giving (magic + q0, magic + q1) exactly, and one
+``sub`` of (magic + z) leaves (q0 - z, q1 - z) exactly. int8: ``prmt`` spreads a byte pair to the two
+halves, two ``lop3`` and a ``sub`` make the exact signed values (:func:`_asm_i8_word`).
+
+Numerics. int4 with group size >= DK: each chunk lies in one group, its float32 dot of the exact
+integers q - z with x is scaled by s afterwards (float32-exact products; summation order and the tensor
+cores' truncating accumulation within a chunk). int4 with group size < DK (32, 64 at DK = 128): the
+weight is (q - z)·s rounded once to x.dtype in the conversion (one more ``mul``), as the reference's
+weight cast to x.dtype, accumulated through K in float32. int8: exact products accumulated through K in
+float32, times the row's scale, plus the bias, one rounding (as the other int8 weight-only kernels).
+
+Parallelism without split-K (decode sizes allocate nothing but the output): a program owns BLOCK_N
+= 16·MT·WM weight rows and WK·WM warps; a trip covers WK·SUB chunks (the batch dimension of a 3-D mma;
+warp k takes chunks k + WK·i), the WM warps split the rows, and the partial sums are added once at the
+end. The next trip's weights (and x, zero-points and scales; x at use when not ``XPF``) are loaded
+before the current one is converted (two register buffers, the loop unrolled by two). The weight loads
+are marked L1 evict-first: it is read once, and keeping it from displacing x, the zero-points and the
+scales in L1 made the int4 kernel 13 % faster at 14336×4096 (an L2 evict-first policy on top changed
+nothing; results/round6/probe_load_policy.log).
+
+Requirements (:func:`usable`, :func:`usable_int8`): sm_90, x bf16/fp16 with unit stride along K, an
+even row stride and 4-byte aligned rows, K a multiple of DK (int4: and of the group size, and a trip a
+whole number of groups), weight rows contiguous and 16-byte aligned, int4 scales in x's dtype when the
+group is smaller than DK. Rows past N re-read row N - 1 and rows past M re-read row M - 1 (never
+stored); chunks past K read zeros for x.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from quantkit.kernels.launch import cached
+from quantkit.reference.common import ceil_div
+
+_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+def _asm_word(fp16: bool, scale: bool) -> str:
+    """PTX for one packed word -> 8 16-bit outputs ($0..$7: code i of the word, minus z (times s)).
+    Inputs: $8 the word, $9 magic + z, $10 the scale (``scale`` only); see the module docstring."""
+    magic, ty = ("0x64006400", "f16") if fp16 else ("0x43004300", "bf16")
+    lines = ["{", ".reg .b32 u, t, zz, ss;", "mov.b32 zz, {$9, $9};", "shr.b32 u, $8, 4;"]
+    if scale:
+        lines.append("mov.b32 ss, {$10, $10};")
+    for j in range(4):
+        lines.append(f"prmt.b32 t, $8, u, 0x{4 + j}{4 + j}{j}{j};")
+        lines.append(f"lop3.b32 t, t, 0x000f000f, {magic}, 0xea;")
+        lines.append(f"sub.rn.{ty}x2 t, t, zz;")
+        if scale:
+            lines.append(f"mul.rn.{ty}x2 t, t, ss;")
+        lines.append(f"mov.b32 {{${2 * j}, ${2 * j + 1}}}, t;")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _asm_i8_word(fp16: bool) -> str:
+    """PTX for one word of 4 int8 weights -> 4 16-bit outputs ($0..$3: byte j's value, exactly; $4 the
+    word). Per pair of bytes: ``prmt`` spreads them to the low bytes of the two halves (0x00b1_00b0);
+    bf16 (7 mantissa bits): (0x4300 | b & 0x7f) - (0x4300 | b & 0x80) = b - 256·(b >> 7) = q; fp16:
+    (0x6400 | b ^ 0x80) - 0x6480 = q. 4 instructions a pair, both subtractions exact."""
+    lines = ["{", ".reg .b32 t, v, c;"]
+    for pair, sel in ((0, "0x7170"), (1, "0x7372")):
+        lines.append(f"prmt.b32 t, $4, 0, {sel};")
+        if fp16:
+            lines += ["lop3.b32 v, t, 0x00800080, 0x64006400, 0xbe;", "mov.b32 c, 0x64806480;",
+                      "sub.rn.f16x2 t, v, c;"]
+        else:
+            lines += ["lop3.b32 v, t, 0x007f007f, 0x43004300, 0xea;", "lop3.b32 c, t, 0x00800080, 0x43004300, 0xea;",
+                      "sub.rn.bf16x2 t, v, c;"]
+        lines.append(f"mov.b32 {{${2 * pair}, ${2 * pair + 1}}}, t;")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+_ASM_I8_BF16 = gl.constexpr(_asm_i8_word(False))
+_ASM_I8_F16 = gl.constexpr(_asm_i8_word(True))
+_ASM_BF16 = gl.constexpr(_asm_word(False, False))
+_ASM_BF16_SCALE = gl.constexpr(_asm_word(False, True))
+_ASM_F16 = gl.constexpr(_asm_word(True, False))
+_ASM_F16_SCALE = gl.constexpr(_asm_word(True, True))
+
+
+def _log2(v: int) -> int:
+    assert v > 0 and v & (v - 1) == 0, v
+    return v.bit_length() - 1
+
+
+@functools.lru_cache(maxsize=None)
+def word_layout(wk: int, wm: int, mt: int, wt: int, sub: int = 1) -> gl.DistributedLinearLayout:
+    """int32 words [WK·SUB, 16·MT·WM, 4, WT] (chunk b of a trip, row, slice c, word; WT = DK / 32 for
+    packed int4, DK / 16 for int8): warp (k, m) lane 4·r + c holds chunks k + WK·i (i < SUB) and, of rows
+    16·WM·t + 16·m + r (+ 8) for t < MT, the WT consecutive words of slice c (registers first, so they
+    load as one vector). Chunks and rows are placed as the mma v2 layout places its batch and rows."""
+    reg = [[0, 0, 0, 1 << i] for i in range(_log2(wt))] + [[0, 8, 0, 0]]
+    reg += [[0, 16 * wm << i, 0, 0] for i in range(_log2(mt))] + [[wk << i, 0, 0, 0] for i in range(_log2(sub))]
+    lane = [[0, 0, 1, 0], [0, 0, 2, 0], [0, 1, 0, 0], [0, 2, 0, 0], [0, 4, 0, 0]]
+    warp = [[1 << i, 0, 0, 0] for i in range(_log2(wk))] + [[0, 16 << i, 0, 0] for i in range(_log2(wm))]
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
+                                      shape=[wk * sub, 16 * mt * wm, 4, wt])
+
+
+@functools.lru_cache(maxsize=None)
+def x_layout(wk: int, wm: int, dk: int, bm: int, sub: int = 1) -> gl.DistributedLinearLayout:
+    """x as 32-bit words (pairs of columns) [WK·SUB, DK / 2, BM] (chunk b of a trip, as in
+    :func:`word_layout`), in physical order: lane 4·r + c holds
+    the words of columns [c·DK/4, (c + 1)·DK/4) of rows r (and r + 8 when BM = 16); the WM warps of a K
+    slice share them. Words, not 16-bit values, so that the pairs stay whole registers from the load
+    to the mma (ptxas re-packs 16-bit values carried through the loop with a PRMT each)."""
+    reg = [[0, 1 << i, 0] for i in range(_log2(dk // 8))] + ([[0, 0, 8]] if bm == 16 else [])
+    reg += [[wk << i, 0, 0] for i in range(_log2(sub))]
+    lane = [[0, dk // 8, 0], [0, dk // 4, 0], [0, 0, 1], [0, 0, 2], [0, 0, 4]]
+    warp = [[1 << i, 0, 0] for i in range(_log2(wk))] + [[0, 0, 0]] * _log2(wm)
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
+                                      shape=[wk * sub, dk // 2, bm])
+
+
+@gluon.jit
+def _arange3(n: gl.constexpr, dim: gl.constexpr, layout: gl.constexpr):
+    """arange(n) shaped to broadcast along ``dim`` of a rank-3 ``layout``."""
+    if dim == 0:
+        return gl.arange(0, n, layout=gl.SliceLayout(1, gl.SliceLayout(2, layout)))[:, None, None]
+    elif dim == 1:
+        return gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))[None, :, None]
+    else:
+        return gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))[None, None, :]
+
+
+@gluon.jit
+def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexpr, EVEN: gl.constexpr):
+    """Trip t's x words (chunks past K read as zeros)."""
+    if EVEN:
+        t = gl.minimum(t, TRIPS - 1)
+        return gl.load(x_ptrs + t * (B * DK // 2))
+    else:
+        return gl.load(x_ptrs + t * (B * DK // 2), mask=gl.broadcast(t * B + wk_x < NUM_CHUNKS, x_ptrs)[0], other=0)
+
+
+@gluon.jit
+def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_CHUNKS, TRIPS, B: gl.constexpr,
+                DK: gl.constexpr, WPC: gl.constexpr, GROUP: gl.constexpr, EVEN: gl.constexpr, XPF: gl.constexpr,
+                INT8: gl.constexpr):
+    """Trip t's loads (chunk b of the trip: t·B + b): weight words, x words (XPF; else 0: loaded at
+    use), zero-points and scales. EVEN (whole trips, an even count): no masks; the prefetch past the
+    end, whose values are never used, reads the last trip again (L2 hits). Otherwise chunks past K read
+    x and scales as zeros (their words and zero-points are finite whatever they are): they add nothing."""
+    if XPF:
+        xv = _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+    else:
+        xv = 0
+    if EVEN:
+        t = gl.minimum(t, TRIPS - 1)
+    w_ptrs = w_ptrs + t * (B * WPC)
+    # The weight is read once: evict_first keeps it from displacing (dirty) lines that others will use.
+    if EVEN:
+        w = gl.load(w_ptrs, eviction_policy="evict_first")
+    else:
+        w = gl.load(w_ptrs, mask=gl.broadcast(t * B + wk_w < NUM_CHUNKS, w_ptrs)[0], eviction_policy="evict_first")
+    if INT8:  # one scale per row, in the epilogue
+        z = 0
+        s = 0
+    elif EVEN:
+        z = gl.load(z_ptrs + t * (B * DK // GROUP))
+        s = gl.load(s_ptrs + t * (B * DK // GROUP))
+    else:
+        z_ptrs = z_ptrs + t * (B * DK // GROUP)
+        s_ptrs = s_ptrs + t * (B * DK // GROUP)
+        z = gl.load(z_ptrs, mask=gl.broadcast(t * B + wk_z < NUM_CHUNKS, z_ptrs)[0])
+        s = gl.load(s_ptrs, mask=gl.broadcast(t * B + wk_s < NUM_CHUNKS, s_ptrs)[0], other=0.0)
+    return w, xv, z, s
+
+
+@gluon.jit
+def _int8_fragments(w, dtype: gl.constexpr, MMA: gl.constexpr):
+    """int8 words [B, BN, 4, WT] -> the A operand [B, BN, 16·WT]: byte j of word (c, ω) is logical
+    column 16·ω + 8·(j >> 1) + 2·c + (j & 1) (k step ω, register half j >> 1)."""
+    B: gl.constexpr = w.shape[0]
+    BN: gl.constexpr = w.shape[1]
+    WT: gl.constexpr = w.shape[3]
+    if dtype == gl.bfloat16:
+        o = gl.inline_asm_elementwise(_ASM_I8_BF16, "=h,=h,=h,=h,r", [w], dtype=(gl.bfloat16, ) * 4, is_pure=True,
+                                      pack=1)
+    else:
+        o = gl.inline_asm_elementwise(_ASM_I8_F16, "=h,=h,=h,=h,r", [w], dtype=(gl.float16, ) * 4, is_pure=True,
+                                      pack=1)
+    a = gl.join(gl.join(o[0], o[1]), gl.join(o[2], o[3]))  # [B, BN, c, ω, e, h]
+    a = gl.reshape(gl.permute(a, (0, 1, 3, 5, 2, 4)), [B, BN, 16 * WT])
+    return gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2))
+
+
+@gluon.jit
+def _x_fragments(xv, dtype: gl.constexpr, MMA: gl.constexpr, INT8: gl.constexpr):
+    """x words [B, DK / 2, BM] (physical column pairs) -> the B operand [B, DK, BM] in the weight's
+    logical column order: physical column c·DK/4 + 8·ω + 4·jh + 2·jl + e (int4; int8: c·DK/4 + 4·ω +
+    2·h + e) is the logical column the weight code at that position went to."""
+    B: gl.constexpr = xv.shape[0]
+    DK: gl.constexpr = 2 * xv.shape[1]
+    BM: gl.constexpr = xv.shape[2]
+    if dtype == gl.bfloat16:
+        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [xv], dtype=(gl.bfloat16, gl.bfloat16),
+                                           is_pure=True, pack=1)
+    else:
+        lo, hi = gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [xv], dtype=(gl.float16, gl.float16),
+                                           is_pure=True, pack=1)
+    b = gl.permute(gl.join(lo, hi), (0, 1, 3, 2))  # [B, DK / 2, 2, BM]
+    if INT8:
+        b = gl.reshape(b, [B, 4, DK // 16, 2, 2, BM])
+        b = gl.reshape(gl.permute(b, (0, 2, 3, 1, 4, 5)), [B, DK, BM])
+    else:
+        b = gl.reshape(b, [B, 4, DK // 32, 2, 2, 2, BM])
+        b = gl.reshape(gl.permute(b, (0, 2, 3, 4, 1, 5, 6)), [B, DK, BM])
+    return gl.convert_layout(b, gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2))
+
+
+@gluon.jit
+def _chunk_product(acc, w, xv, z, s, dtype: gl.constexpr, MMA: gl.constexpr, SCALE_IN: gl.constexpr,
+                   INT8: gl.constexpr):
+    """acc += the chunk's product (module docstring): convert the words into the A fragments, rename x
+    into the B fragments, one 3-D mma (int4 with groups >= DK: a fresh accumulator, then · s)."""
+    if INT8:
+        acc = mma_v2(_int8_fragments(w, dtype, MMA), _x_fragments(xv, dtype, MMA, True), acc)
+    else:
+        B: gl.constexpr = w.shape[0]
+        BN: gl.constexpr = w.shape[1]
+        WT: gl.constexpr = w.shape[3]
+        DK: gl.constexpr = WT * 32
+        BM: gl.constexpr = xv.shape[2]
+        magic: gl.constexpr = 128.0 if dtype == gl.bfloat16 else 1024.0
+        zm = gl.broadcast((z.to(gl.float32) + magic).to(dtype)[:, :, :, None], w)[0]
+        if SCALE_IN:
+            sb = gl.broadcast(s.to(dtype)[:, :, :, None], w)[0]
+            if dtype == gl.bfloat16:
+                o = gl.inline_asm_elementwise(_ASM_BF16_SCALE, "=h,=h,=h,=h,=h,=h,=h,=h,r,h,h", [w, zm, sb],
+                                              dtype=(gl.bfloat16, ) * 8, is_pure=True, pack=1)
+            else:
+                o = gl.inline_asm_elementwise(_ASM_F16_SCALE, "=h,=h,=h,=h,=h,=h,=h,=h,r,h,h", [w, zm, sb],
+                                              dtype=(gl.float16, ) * 8, is_pure=True, pack=1)
+        else:
+            if dtype == gl.bfloat16:
+                o = gl.inline_asm_elementwise(_ASM_BF16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w, zm],
+                                              dtype=(gl.bfloat16, ) * 8, is_pure=True, pack=1)
+            else:
+                o = gl.inline_asm_elementwise(_ASM_F16, "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [w, zm],
+                                              dtype=(gl.float16, ) * 8, is_pure=True, pack=1)
+        # code i = 4·jh + 2·jl + e of word (c, ω) -> logical column 32·ω + 16·jh + 8·jl + 2·c + e
+        q0 = gl.join(gl.join(o[0], o[1]), gl.join(o[2], o[3]))  # [.., c, ω, e, jl] for jh = 0
+        q1 = gl.join(gl.join(o[4], o[5]), gl.join(o[6], o[7]))
+        a = gl.join(q0, q1)  # [B, BN, c, ω, e, jl, jh]
+        a = gl.reshape(gl.permute(a, (0, 1, 3, 6, 5, 2, 4)), [B, BN, DK])
+        a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2))
+        b = _x_fragments(xv, dtype, MMA, False)
+        if SCALE_IN:
+            acc = mma_v2(a, b, acc)
+        else:
+            part = mma_v2(a, b, gl.zeros([B, BN, BM], gl.float32, MMA))
+            acc = acc + part * s.to(gl.float32)[:, :, None]
+    return acc
+
+
+@gluon.jit
+def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride_xm, NUM_CHUNKS, TRIPS,
+                   INT8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
+                   WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, XPF: gl.constexpr, SCALE_IN: gl.constexpr,
+                   HAS_BIAS: gl.constexpr, EVEN: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
+                   num_warps: gl.constexpr):
+    """Y^T tile [16·MT·WM rows of W, BM rows of x] over all of K (module docstring). INT8: int8 weights
+    [N, K] with one scale per row (z_ptr and G unused); else packed int4 [N, K / 2] with group-wise
+    zero-points and scales."""
+    BN: gl.constexpr = 16 * MT * WM
+    B: gl.constexpr = WK * SUB  # chunks per trip
+    WT: gl.constexpr = DK // 16 if INT8 else DK // 32  # words per thread, row and chunk
+    WPC: gl.constexpr = 4 * WT  # words per row and chunk
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WK, WM, 1], instr_shape=[1, 16, 8])
+    ZL: gl.constexpr = gl.SliceLayout(3, W_LAYOUT)  # [B, BN, 4]: per row and slice c
+    SL: gl.constexpr = gl.SliceLayout(2, MMA)  # [B, BN]: per row
+    pid_n = gl.program_id(0)
+    pid_m = gl.program_id(1)
+    w_ptr = w_ptr.to(gl.pointer_type(gl.int32))  # the weight's bytes as words [N, KW]
+
+    # words: row·KW + chunk·WPC + c·WT + ω
+    wk3 = _arange3(B, 0, ZL)
+    c3 = _arange3(4, 2, ZL)
+    rows3 = gl.minimum(pid_n * BN + _arange3(BN, 1, ZL), N - 1)
+    om = gl.arange(0, WT, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, W_LAYOUT))))
+    w_ptrs = (w_ptr + (rows3.to(gl.int64) * KW + wk3 * WPC + c3 * WT)[:, :, :, None]
+              + om[None, None, None, :])
+    wk_w = wk3[:, :, :, None]
+    # int4: zero-points (and SCALE_IN scales) per row and slice c; scales after the mma per row
+    if INT8:
+        z_ptrs = 0
+        s_ptrs = 0
+        wk_s = 0
+    else:
+        z_ptrs = z_ptr + rows3 * G + (wk3 * DK + c3 * (DK // 4)) // GROUP  # [B, BN, 4]
+        if SCALE_IN:
+            s_ptrs = s_ptr + rows3 * G + (wk3 * DK + c3 * (DK // 4)) // GROUP
+            wk_s = wk3
+        else:
+            rows_s = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, SL)), N - 1)
+            wk_s = gl.arange(0, B, layout=gl.SliceLayout(1, SL))[:, None]
+            s_ptrs = s_ptr + (rows_s * G)[None, :] + (wk_s * DK) // GROUP  # [B, BN]
+    # x: row m, column chunk·DK + kp
+    wkc = _arange3(B, 0, X_LAYOUT)
+    kp = _arange3(DK // 2, 1, X_LAYOUT)
+    xm = pid_m * BM + _arange3(BM, 2, X_LAYOUT)
+    # Rows past M read row M - 1: they only make output columns that are never stored.
+    xm = gl.minimum(xm, M - 1)
+    x_words = x_ptr.to(gl.pointer_type(gl.int32))  # column pairs
+    x_ptrs = x_words + xm.to(gl.int64) * (stride_xm // 2) + wkc * (DK // 2) + kp
+
+    acc = gl.zeros([B, BN, BM], gl.float32, MMA)
+    dtype: gl.constexpr = x_ptr.dtype.element_ty
+    # Two buffers, the loop unrolled by two: the loads of trip t + 1 are issued before trip t is
+    # converted, and no register is copied from one buffer to the other (an odd trip count runs one
+    # masked trip: zeros in, nothing added).
+    w0, x0, z0, s0 = _load_chunk(0, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS, B, DK,
+                                 WPC, GROUP, EVEN, XPF, INT8)
+    for t in range(0, TRIPS, 2):
+        w1, x1, z1, s1 = _load_chunk(t + 1, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS,
+                                     B, DK, WPC, GROUP, EVEN, XPF, INT8)
+        if XPF:
+            xa = x0
+        else:
+            xa = _load_x(t, x_ptrs, wkc, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+        acc = _chunk_product(acc, w0, xa, z0, s0, dtype, MMA, SCALE_IN, INT8)
+        w0, x0, z0, s0 = _load_chunk(t + 2, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS,
+                                     B, DK, WPC, GROUP, EVEN, XPF, INT8)
+        if XPF:
+            xb = x1
+        else:
+            xb = _load_x(t + 1, x_ptrs, wkc, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+        acc = _chunk_product(acc, w1, xb, z1, s1, dtype, MMA, SCALE_IN, INT8)
+
+    y = gl.sum(acc, axis=0)  # [BN, BM]
+    YL: gl.constexpr = gl.SliceLayout(0, MMA)
+    offs_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
+    offs_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
+    if INT8:
+        y = y * gl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
+    if HAS_BIAS:
+        y = y + gl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
+    ptrs = y_ptr + offs_m.to(gl.int64)[None, :] * N + offs_n[:, None]
+    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_n < N)[:, None] & (offs_m < M)[None, :])
+
+
+_decode_fast = cached(_decode_kernel)
+
+
+@functools.lru_cache(maxsize=None)
+def _is_sm90(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] == 9
+
+
+def _x_ok(x: torch.Tensor, dk: int) -> bool:
+    """x read as 32-bit column pairs: unit stride along K, rows starting 4-byte aligned, K % DK == 0."""
+    return (x.is_cuda and x.dtype in _GL_DTYPES and _is_sm90(x.device.index or 0) and x.stride(1) == 1
+            and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0 and x.shape[1] % dk == 0)
+
+
+def usable(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group_size: int, cfg: dict) -> bool:
+    """Whether the int4 kernel takes the problem with ``cfg`` (module docstring's requirements)."""
+    K = x.shape[1]
+    dk, per_trip = int(cfg["DK"]), int(cfg["WK"]) * int(cfg.get("SUB", 1))
+    return (_x_ok(x, dk) and K % group_size == 0 and (per_trip * dk) % group_size == 0 and packed.is_contiguous()
+            and packed.data_ptr() % 16 == 0 and (group_size >= dk or scale.dtype == x.dtype))
+
+
+def usable_int8(x: torch.Tensor, weight_q: torch.Tensor, cfg: dict) -> bool:
+    """Whether the int8 kernel takes the problem with ``cfg``."""
+    return _x_ok(x, int(cfg["DK"])) and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0
+
+
+def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool) -> None:
+    M, K = x.shape
+    N = w.shape[0]
+    mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])
+    sub, xpf = int(cfg.get("SUB", 1)), bool(cfg.get("XPF", True))
+    bm = 8 if M <= 8 else 16
+    chunks = K // dk
+    per_trip = wk * sub
+    wt = dk // 16 if int8 else dk // 32
+    _decode_fast[(ceil_div(N, 16 * mt * wm), ceil_div(M, bm))](
+        x, w, scale, zero if zero is not None else scale, bias if bias is not None else scale, out,
+        M, N, K // 4 if int8 else K // 8, K // group_size, x.stride(0), chunks, ceil_div(chunks, per_trip),
+        INT8=int8, GROUP=group_size, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=xpf,
+        SCALE_IN=not int8 and group_size < dk, HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0,
+        W_LAYOUT=word_layout(wk, wm, mt, wt, sub), X_LAYOUT=x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm)
+
+
+def launch(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:
+    """``out = x @ dequant(packed, scale, zero)^T (+ bias)`` for M <= 16 (``cfg``: MT, WK, WM, DK, SUB,
+    XPF)."""
+    _launch(x, packed, scale, zero, bias, out, group_size, cfg, False)
+
+
+def launch_int8(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
+    """``out = (x @ weight_q^T) · weight_scale (+ bias)`` for M <= 16, int8 weights [N, K] (``cfg`` as
+    :func:`launch`)."""
+    _launch(x, weight_q, weight_scale, None, bias, out, x.shape[1], cfg, True)

@@ -1,0 +1,281 @@
+"""The Gluon int4 decode kernel for sm_90 (quantkit.kernels.wo_decode_sm90).
+
+Gluon kernels do not run in Triton's interpreter, so on the CPU the inline-PTX word conversion is
+emulated instruction by instruction (random words, every zero-point, with and without the scale), the
+K permutation the kernel relies on is checked against the mma fragment layout it targets, and every
+decode candidate (plus fp16, a bias, group 32 at DK 128, 16 x rows and a ragged K) is compiled for
+sm_90 with triton's ptxas: no spills, mma.sync, 16-byte weight loads, and no shared memory or shuffle
+between the loads and the mma (the layouts are the fragments: converting them moves no data).
+On the GPU: M from 1 to 16, N and K edges, every group size, fp16, a bias, strided rows, every
+candidate at a Llama shape, the fallback, and a CUDA graph, against the float64 formula within the
+int4 tests' bound.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from quantkit.kernels import int4_weight_only as k4
+from quantkit.reference import int4 as R
+from tests.kernels.test_int4_weight_only import (_bits16, _expected16, _halves, assert_output, make_problem, ran,
+                                                 reference64, rounds_weight, run_ptx, tc_steps)
+from tests.kernels.test_int8_weight_only import _sm90_tools, run_sm90_check
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("scale", [False, True], ids=["sub", "scale"])
+def test_word_conversion_ptx_emulated(fp16, scale):
+    """Output 2j + e is code 2j + e of the word (byte j's low / high nibble) minus z, times s if
+    ``scale``, each rounded once to the 16-bit type."""
+    from quantkit.kernels import wo_decode_sm90 as d
+
+    dt = torch.float16 if fp16 else torch.bfloat16
+    magic = 1024 if fp16 else 128
+    text = d._asm_word(fp16, scale)
+    gen = torch.Generator().manual_seed(3)
+    for i in range(96):
+        word = int(torch.randint(0, 2**32, (1,), generator=gen, dtype=torch.int64))
+        z = i % 16
+        s = float(((torch.rand(1, generator=gen) - 0.5) * 0.2).to(dt))
+        regs = {"$8": word, "$9": _bits16(magic + z, dt), "$10": _bits16(s, dt)}
+        env = run_ptx(text, regs, dt)
+        for c in range(8):
+            got = float(_halves(env[f"${c}"], dt)[0])
+            want = _expected16((word >> (4 * c)) & 15, z, s, dt, scale)
+            assert got == want, f"word {word:#010x} z={z} code {c}: {got} != {want}"
+
+
+@pytest.mark.parametrize("dk", [64, 128])
+def test_k_permutation_matches_the_mma_fragments(dk):
+    """The kernel's renaming, modelled in Python: thread c's loaded codes (word ω, code i) and x
+    columns land on logical columns k such that, per 16-column k step, lane c holds exactly the A and B
+    fragment columns (2c, 2c + 1, 2c + 8, 2c + 9) of m16n8k16, and weight and x agree on every k."""
+    wt = dk // 32
+    logical_w, logical_x = {}, {}
+    for c in range(4):
+        for om in range(wt):
+            for i in range(8):
+                jh, jl, e = i >> 2, (i >> 1) & 1, i & 1
+                k = 32 * om + 16 * jh + 8 * jl + 2 * c + e  # the permute/reshape of _chunk_product
+                logical_w[k] = (c, c * dk // 4 + 8 * om + i)  # (lane, physical column of the chunk)
+                logical_x[k] = (c, c * dk // 4 + 8 * om + i)
+    assert sorted(logical_w) == list(range(dk)) and logical_w == logical_x
+    assert sorted(p for _, p in logical_w.values()) == list(range(dk))
+    for k, (c, _) in logical_w.items():
+        assert (k % 16) % 8 // 2 == c  # columns 2c, 2c + 1 (+ 8) of each k step belong to lane c
+
+
+def _decode_candidates(module) -> list:
+    cands = []
+    for m in (1, 16):
+        for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+            cands += [c for c in module.candidate_configs(m, n, k) + [module.default_config(m, n, k)]
+                      if c["kernel"] == "decode" and c not in cands]
+    return cands
+
+
+def _decode_compile_jobs():
+    """(config, BM, group (None: int8), dtype, bias, EVEN): every decode candidate of both formats at
+    the Llama shapes, and the first with 16 x rows, fp16, a bias, group 32 and 256, a ragged K."""
+    from quantkit.kernels import int8_weight_only as k8
+
+    cands = _decode_candidates(k4)
+    jobs = [(c, 8, 128, "bf16", False, True) for c in cands]
+    jobs += [(cands[0], 16, 128, "fp16", True, True), (cands[0], 8, 32, "bf16", False, True),
+             (cands[0], 16, 256, "bf16", True, False), (k4._decode(1, 4, dk=64), 8, 64, "fp16", False, False)]
+    cands8 = _decode_candidates(k8)
+    jobs += [(c, 8, None, "bf16", False, True) for c in cands8]
+    jobs += [(cands8[0], 16, None, "fp16", True, False)]
+    return jobs
+
+
+def _compile_decode(cfg, bm, group, dtype, bias, even):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from quantkit.kernels import wo_decode_sm90 as d
+
+    fn = d._decode_kernel
+    t = f"*{dtype}"
+    int8 = group is None
+    sig = dict(x_ptr=t, w_ptr="*i8" if int8 else "*u8", s_ptr="*fp32" if int8 else t, z_ptr="*u8", b_ptr=t, y_ptr=t,
+               M="i32", N="i32", KW="i32", G="i32", stride_xm="i32", NUM_CHUNKS="i32", TRIPS="i32")
+    mt, wk, wm, dk, sub = cfg["MT"], cfg["WK"], cfg["WM"], cfg["DK"], cfg.get("SUB", 1)
+    consts = dict(INT8=int8, GROUP=group or 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=cfg.get("XPF", True),
+                  SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even,
+                  W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
+                  X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm)
+    sig.update({k: "constexpr" for k in consts})
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
+             for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "N", "KW", "stride_xm")}
+    return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=wk * wm))
+
+
+def _decode_check_main() -> None:
+    """Compile every job of :func:`_decode_compile_jobs` for sm_90; print a line each, 'ok' last."""
+    failures = []
+    for cfg, bm, group, dtype, bias, even in _decode_compile_jobs():
+        kernel = _compile_decode(cfg, bm, group, dtype, bias, even)
+        info, sass = _sm90_tools(kernel)
+        spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
+        regs = int(re.search(r"Used (\d+) registers", info).group(1))
+        ptx = kernel.asm["ptx"]
+        loop = ptx[:ptx.rindex("mma.sync")]  # everything up to the last mma: loads, conversions, mmas
+        moves_nothing = "st.shared" not in loop and "shfl.sync" not in loop and "ld.shared" not in loop
+        vector_loads = "ld.global.L1::evict_first.v4" in ptx or "ld.global.v4" in ptx
+        what = f"decode {cfg} BM={bm} g={group} {dtype} bias={bias} even={even}"
+        print(f"{what}: regs={regs} spills={spills} mma={'mma.sync' in ptx} moves_nothing={moves_nothing} "
+              f"v4={vector_loads}")
+        if spills or "mma.sync" not in ptx or not moves_nothing or not vector_loads:
+            failures.append(what)
+    if failures:
+        print("FAILED:", failures)
+        raise SystemExit(1)
+    print("ok")
+
+
+def test_decode_candidates_compile_for_sm90():
+    run_sm90_check("from tests.kernels.test_wo_decode_sm90 import _decode_check_main; _decode_check_main()")
+
+
+# --------------------------------------------------------------------------- GPU
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+def _check(config, m, n, k, g, dtype, bias=False, x=None, what=""):
+    xx, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, "cuda", bias=bias)
+    x = xx if x is None else x
+    used = ran(config, x, packed, scale, g)
+    assert used["kernel"] == "decode", f"{what}: the decode kernel should run, fell back to {used}"
+    y = k4.linear(x, packed, scale, zero, b, g, config=config)
+    wdt = dtype if rounds_weight(used, x) else torch.float32
+    assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"{what} {config} M={m} N={n} K={k} g={g}",
+                  tc_steps(used, k))
+    assert torch.equal(y, k4.linear(x, packed, scale, zero, b, g, config=config)), f"{what}: not deterministic"
+    return y
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 9, 16])
+def test_edges_gpu(m):
+    """M from 1 to 16 (8- and 16-row x tiles, rows past M), N not a multiple of the row tile, K with a
+    partial trip (masked chunks) and whole trips, every group size, both 16-bit types, a bias."""
+    cfgs = [k4._decode(1, 4), k4._decode(2, 2, 2, dk=64), k4._decode(1, 8, sub=2, xpf=False),
+            k4._decode(4, 4, xpf=False), k4._decode(1, 16, sub=2, xpf=False)]
+    for i, (n, k) in enumerate(((1000, 1280), (520, 1408), (4104, 2048), (96, 512))):
+        for g in (32, 64, 128, 256):
+            if k % g:
+                continue
+            cfg = cfgs[(i + g // 32 + m) % len(cfgs)]
+            if (cfg["WK"] * cfg.get("SUB", 1) * cfg["DK"]) % g:
+                continue
+            dtype = torch.float16 if (i + m) % 2 else torch.bfloat16
+            _check(cfg, m, n, k, g, dtype, bias=(i + g) % 3 == 0, what="edges")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_every_candidate_at_llama_shapes_gpu():
+    for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+        for m in (1, 16):
+            for c in k4.candidate_configs(m, n, k) + [k4.default_config(m, n, k)]:
+                if c["kernel"] == "decode":
+                    _check(c, m, n, k, 128, torch.bfloat16, what="llama")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_strided_rows_fallback_and_graph_gpu():
+    """x rows with a row stride (sliced from a wider tensor) run the kernel; an odd row stride (x read
+    as column pairs needs even strides) falls back to the small-M kernel with the same result bound;
+    a CUDA graph replays it on new inputs."""
+    cfg = k4._decode(1, 4)
+    base = torch.randn(5, 4096 + 64, device="cuda").to(torch.bfloat16)
+    x = base[:, 64:]
+    _check(cfg, 5, 1024, 4096, 128, torch.bfloat16, x=x, what="strided")
+    odd = torch.randn(3, 4096 + 1, device="cuda").to(torch.bfloat16)[:, 1:]
+    _, packed, scale, zero, _, _ = make_problem(3, 256, 4096, 128, torch.bfloat16, "cuda")
+    assert ran(cfg, odd, packed, scale, 128)["kernel"] == "small"
+    y = k4.linear(odd, packed, scale, zero, None, 128, config=cfg)
+    assert_output(y, reference64(odd, packed, scale, zero, None, 128), "odd stride fallback", tc_steps(None, 4096))
+
+    x = torch.randn(1, 4096, device="cuda").to(torch.bfloat16)
+    k4.linear(x, packed, scale, zero, None, 128, config=cfg)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = k4.linear(x, packed, scale, zero, None, 128, config=cfg)
+    x.copy_(torch.randn(1, 4096, device="cuda"))
+    graph.replay()
+    assert torch.equal(y, k4.linear(x, packed, scale, zero, None, 128, config=cfg))
+    assert_output(y, reference64(x, packed, scale, zero, None, 128), "graph replay", tc_steps(None, 4096))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_fp16_scales_with_small_groups_fall_back_gpu():
+    """Groups smaller than the chunk multiply by the scale in x's dtype: a scale of another dtype must
+    take the fallback (one rounding, as the reference), not the kernel."""
+    x, packed, scale, zero, _, _ = make_problem(2, 128, 512, 32, torch.bfloat16, "cuda")
+    scale16 = scale.to(torch.float16)
+    cfg = k4._decode(1, 4)
+    assert ran(cfg, x, packed, scale16, 32)["kernel"] == "small"
+    y = k4.linear(x, packed, scale16, zero, None, 32, config=cfg)
+    ref = R.int4_weight_only_linear(x, packed, scale16, zero, None, 32)
+    assert (y.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("m", [1, 5, 8, 13, 16])
+def test_int8_edges_gpu(m):
+    """int8 weights: M from 1 to 16, N not a multiple of the row tile, K with a partial trip and with
+    whole trips, both 16-bit types, a bias, scales in float32 and bf16 — within the int8 tests' float32
+    bound (exact products, float32 accumulation, one rounding); a K the kernel cannot take (not a
+    multiple of its chunk) falls back."""
+    from quantkit.kernels import int8_weight_only as k8
+    from quantkit.kernels import wo_decode_sm90 as d
+    from tests.kernels.test_int8_weight_only import _assert_within_fp32_bound, _layer_inputs
+
+    cfgs = [k8._decode_config(1, 4), k8._decode_config(2, 4), k8._decode_config(1, 8, sub=2, xpf=False),
+            k8._decode_config(1, 4, wm=2, dk=128)]
+    for i, (n, k) in enumerate(((1000, 1088), (520, 2048), (4104, 4096), (96, 256), (300, 1000))):
+        cfg = cfgs[(i + m) % len(cfgs)]
+        dtype = torch.float16 if (i + m) % 2 else torch.bfloat16
+        x, wq, ws, b = _layer_inputs(m, n, k, dtype, "cuda", bias=i % 2 == 0,
+                                     scale_dtype=torch.bfloat16 if i == 2 else torch.float32)
+        assert d.usable_int8(x, wq, cfg) == (k % cfg["DK"] == 0), (n, k, cfg)
+        y = k8.linear(x, wq, ws, b, config=cfg)
+        _assert_within_fp32_bound(y, x, wq, ws, b, f"int8 decode {cfg} M={m} N={n} K={k}")
+        assert torch.equal(y, k8.linear(x, wq, ws, b, config=cfg)), "not deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_int8_candidates_and_graph_gpu():
+    """Every int8 decode candidate at the Llama shapes, and a CUDA graph replay on new inputs."""
+    from quantkit.kernels import int8_weight_only as k8
+    from tests.kernels.test_int8_weight_only import _assert_within_fp32_bound, _layer_inputs
+
+    for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+        for m in (1, 16):
+            x, wq, ws, _ = _layer_inputs(m, n, k, torch.bfloat16, "cuda")
+            for c in k8.candidate_configs(m, n, k):
+                if c["kernel"] == "decode":
+                    _assert_within_fp32_bound(k8.linear(x, wq, ws, None, config=c), x, wq, ws, None,
+                                              f"int8 decode {c} M={m} N={n} K={k}")
+    cfg = k8._decode_config(1, 8)
+    x, wq, ws, _ = _layer_inputs(1, 2048, 4096, torch.bfloat16, "cuda")
+    k8.linear(x, wq, ws, None, config=cfg)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = k8.linear(x, wq, ws, None, config=cfg)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert torch.equal(y, k8.linear(x, wq, ws, None, config=cfg))
+    _assert_within_fp32_bound(y, x, wq, ws, None, "int8 decode graph replay")
