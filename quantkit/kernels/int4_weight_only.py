@@ -690,11 +690,11 @@ def _default_mma(M: int, N: int, K: int) -> dict:
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config valid for every problem (the fallback when no tuned entry exists)."""
     if M <= _SMALL_MAX_M:
-        # The Gluon decode kernel (the small-M Triton kernel where it cannot run). Tall layers have
-        # programs enough for 16 rows and 4 warps a program; short ones split K over 8 warps.
+        # The H100 sweeps' winners away from the Llama shapes (1024x4096 and 128256x4096: the GEMV and
+        # the small kernel; the Gluon decode kernel wins only on the tuned 14336-wide shapes).
         if M == 1:
-            return _decode(1, 4) if N >= 8192 else _decode(1, 8, sub=2, xpf=False)
-        return _decode(4, 4, xpf=False) if N >= 8192 else _decode(1, 8)
+            return _gemv(32, 512, 4, 3) if N >= 8192 else _gemv(8, 1024, 4, 3)
+        return _small(64, 4, 4, 3) if N >= 8192 else _small(16, 4, 4, 4)
     if M >= _DEQUANT_MM_MIN_M:
         # The Gluon kernel (dequant_mm where it cannot run) wins where the dequantization pass is a
         # large share of cuBLAS' time; from ~2K rows the pass is paid back (H100 sweep: 0.81-0.95x of

@@ -245,6 +245,8 @@ def main(argv=None) -> None:
     parser.add_argument("--out", help="JSON file: the sweep's timings and best configs")
     parser.add_argument("--m", help="comma-separated token counts to sweep (default: the benchmark's "
                                     + ",".join(map(str, BENCH_M)) + ")")
+    parser.add_argument("--shapes", help="comma-separated NxK (out x in) to sweep (default: the Llama-3-8B "
+                                         "shapes " + ",".join(f"{n}x{k}" for n, k in LLAMA_SHAPES) + ")")
     parser.add_argument("--install", nargs="+", metavar="SWEEP_JSON",
                         help="instead of sweeping, put these sweeps' best configs in the user cache")
     parser.add_argument("--ship", nargs="+", metavar="SWEEP_JSON",
@@ -255,10 +257,18 @@ def main(argv=None) -> None:
         return
     if not args.family or not args.out:
         parser.error("--family and --out are required for a sweep")
+    ms = [int(v) for v in args.m.split(",")] if args.m else BENCH_M
+    shapes = LLAMA_SHAPES
+    if args.shapes:
+        try:
+            shapes = tuple(tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(","))
+        except ValueError:
+            parser.error(f"--shapes: expected NxK[,NxK...], got {args.shapes!r}")
+        if any(len(s) != 2 or min(s) < 1 for s in shapes):
+            parser.error(f"--shapes: expected NxK[,NxK...] with positive sizes, got {args.shapes!r}")
     out: dict[str, Any] = {"gpu": gpu_name(), "families": {}}
     for family in args.family:
-        ms = [int(v) for v in args.m.split(",")] if args.m else BENCH_M
-        out["families"][family] = sweep(family, ms=ms)
+        out["families"][family] = sweep(family, shapes=shapes, ms=ms)
     Path(args.out).write_text(json.dumps(out, indent=1))
 
 

@@ -349,14 +349,13 @@ def test_dequant_mm(kernel_device, m, dtype, bias):
                                            (260, 36, 128, 64, torch.bfloat16), (1100, 24, 64, 32, torch.float16),
                                            (2100, 40, 128, 64, torch.bfloat16)])
 def test_default_configs(kernel_device, m, n, k, g, dtype):
-    """config=None: the per-M dispatch (the decode kernel at M <= 16, or the small kernel where it cannot
-    run, tiles above, the Gluon kernel from 512
+    """config=None: the per-M dispatch (the GEMV at M = 1, the small kernel to 16, tiles above, the Gluon kernel from 512
     rows (dequantize + GEMM where it cannot run, e.g. on the CPU), dequantize + GEMM from 2048)."""
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True, symmetric=m == 7)
     y = k4.linear(x, packed, scale, zero, b, g)
     config = k4.default_config(m, n, k)
-    assert config["kernel"] == ("decode" if m <= 16 else "dequant_mm" if m >= 2048 else "tma_wgmma" if m >= 512
-                                else "mma")
+    assert config["kernel"] == ("gemv" if m == 1 else "small" if m <= 16 else "dequant_mm" if m >= 2048
+                                else "tma_wgmma" if m >= 512 else "mma")
     config = ran(config, x, packed, scale, g)
     wdt = dtype if rounds_weight(config, x) else torch.float32
     assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}", tc_steps(config, k))

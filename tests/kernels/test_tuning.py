@@ -67,3 +67,10 @@ def test_off_bucket_sizes_run_the_nearest_tuned_config_gpu(recipe, bound):
             truth = F.linear(x.double(), lin.weight.double())
             err = ((y.double() - truth).norm() / truth.norm()).item()
             assert err < bound, f"{recipe} M={m} {n}x{k}: relative error {err:.4f}"
+
+
+@pytest.mark.parametrize("shapes", ["4096", "4096x", "0x4096", "4096x4096x2", "ax4096"])
+def test_sweep_cli_rejects_malformed_shapes(shapes, capsys):
+    with pytest.raises(SystemExit):
+        tuning.main(["--family", "int8_weight_only", "--out", "unused.json", "--shapes", shapes])
+    assert "--shapes" in capsys.readouterr().err
