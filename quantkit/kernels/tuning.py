@@ -20,7 +20,8 @@ Lookup order for a problem (M bucketed to the next power of two, N and K exact):
 Results are memoized in-process, so after the first call per shape the cost is one dict lookup.
 
 ``python -m quantkit.kernels.tuning --family int4_weight_only --out tuned.json`` sweeps the Llama
-shapes of PERFORMANCE.md on the current GPU and writes a table in the shipped format. The sweep
+shapes of PERFORMANCE.md (``--shapes 1024x4096,...`` others, ``--m`` the token counts) on the current
+GPU and writes a table in the shipped format. The sweep
 times each candidate replayed from a CUDA graph (:func:`gpu_time_ms`): eager timings of short
 layers measure the host's Python when it is slower than the GPU, and would rank configs by it.
 """
