@@ -89,7 +89,8 @@ def _asm_word(fp16: bool, scale: bool) -> str:
 
 def _asm_i8_word(fp16: bool) -> str:
     """PTX for one word of 4 int8 weights -> 4 16-bit outputs ($0..$3: byte j's value, exactly; $4 the
-    word). Per pair of bytes: ``prmt`` spreads them to the low bytes of the two halves (0x00b1_00b0);
+    word): the pair conversion of ``wo_gemm_sm90._ASM_I8X2_TO_BF16X2`` / ``_F16X2`` on each half of the
+    word. Per pair of bytes: ``prmt`` spreads them to the low bytes of the two halves (0x00b1_00b0);
     bf16 (7 mantissa bits): (0x4300 | b & 0x7f) - (0x4300 | b & 0x80) = b - 256·(b >> 7) = q; fp16:
     (0x6400 | b ^ 0x80) - 0x6480 = q. 4 instructions a pair, both subtractions exact."""
     lines = ["{", ".reg .b32 t, v, c;"]
@@ -429,4 +430,5 @@ def launch(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> Non
 def launch_int8(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
     """``out = (x @ weight_q^T) · weight_scale (+ bias)`` for M <= 16, int8 weights [N, K] (``cfg`` as
     :func:`launch`)."""
-    _launch(x, weight_q, weight_scale, None, bias, out, x.shape[1], cfg, True)
+    _launch(x, weight_q, weight_scale, None, bias, out, 1, cfg, True)  # no groups (GROUP unused: 1, not K,
+    # so that layers of different K share one compilation)
