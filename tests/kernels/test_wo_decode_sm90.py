@@ -1,7 +1,8 @@
 """The Gluon int4 decode kernel for sm_90 (quantkit.kernels.wo_decode_sm90).
 
-Gluon kernels do not run in Triton's interpreter, so on the CPU the inline-PTX word conversion is
-emulated instruction by instruction (random words, every zero-point, with and without the scale), the
+Gluon kernels do not run in Triton's interpreter, so on the CPU the inline-PTX word conversions are
+emulated instruction by instruction (int4: random words, every zero-point, with and without the
+scale; int8: every byte value in every position), the
 K permutation the kernel relies on is checked against the mma fragment layout it targets, and every
 decode candidate (plus fp16, a bias, group 32 at DK 128, 16 x rows and a ragged K) is compiled for
 sm_90 with triton's ptxas: no spills, mma.sync, 16-byte weight loads, and no shared memory or shuffle
@@ -45,6 +46,23 @@ def test_word_conversion_ptx_emulated(fp16, scale):
             got = float(_halves(env[f"${c}"], dt)[0])
             want = _expected16((word >> (4 * c)) & 15, z, s, dt, scale)
             assert got == want, f"word {word:#010x} z={z} code {c}: {got} != {want}"
+
+
+@pytest.mark.parametrize("fp16", [False, True], ids=["bf16", "fp16"])
+def test_int8_word_conversion_ptx_emulated(fp16):
+    """int8 words: output j is byte j of the word as a signed integer, exactly, for every byte value in
+    every position of the word."""
+    from quantkit.kernels import wo_decode_sm90 as d
+
+    dt = torch.float16 if fp16 else torch.bfloat16
+    text = d._asm_i8_word(fp16)
+    for b in range(256):
+        word = b | ((b * 37 + 11) % 256) << 8 | ((b * 101 + 3) % 256) << 16 | ((255 - b) << 24)
+        env = run_ptx(text, {"$4": word}, dt)
+        for j in range(4):
+            byte = (word >> (8 * j)) & 255
+            got = float(_halves(env[f"${j}"], dt)[0])
+            assert got == float(byte - 256 * (byte >> 7)), f"word {word:#010x} byte {j}: {got}"
 
 
 @pytest.mark.parametrize("dk", [64, 128])
