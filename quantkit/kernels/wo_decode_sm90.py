@@ -185,7 +185,7 @@ def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_C
     if EVEN:
         t = gl.minimum(t, TRIPS - 1)
     w_ptrs = w_ptrs + t * (B * WPC)
-    # The weight is read once: evict_first keeps it from displacing (dirty) lines that others will use.
+    # Read once: L1 evict-first keeps the weight from displacing x, zero-points and scales there.
     if EVEN:
         w = gl.load(w_ptrs, eviction_policy="evict_first")
     else:
