@@ -115,6 +115,17 @@ _ASM_F16 = gl.constexpr(_asm_word(True, False))
 _ASM_F16_SCALE = gl.constexpr(_asm_word(True, True))
 
 
+# The renaming of the loaded values into the logical K order, as data (the CPU test applies the same
+# permutations to physical column indices and checks the mma fragment columns and the x / weight match):
+# int4 codes joined as [B, BN, c, ω, e, jl, jh] (code 4·jh + 2·jl + e of word ω of slice c) -> (ω, jh, jl, c, e);
+# x columns split as [B, c, ω, jh, jl, e, BM] -> the same order; int8 bytes joined as [B, BN, c, ω, e, h]
+# (byte 2·h + e) -> (ω, h, c, e), x [B, c, ω, h, e, BM] -> the same.
+A_PERM_INT4 = gl.constexpr((0, 1, 3, 6, 5, 2, 4))
+X_PERM_INT4 = gl.constexpr((0, 2, 3, 4, 1, 5, 6))
+A_PERM_INT8 = gl.constexpr((0, 1, 3, 5, 2, 4))
+X_PERM_INT8 = gl.constexpr((0, 2, 3, 1, 4, 5))
+
+
 def _log2(v: int) -> int:
     assert v > 0 and v & (v - 1) == 0, v
     return v.bit_length() - 1
@@ -147,6 +158,16 @@ def x_layout(wk: int, wm: int, dk: int, bm: int, sub: int = 1) -> gl.Distributed
     warp = [[1 << i, 0, 0] for i in range(_log2(wk))] + [[0, 0, 0]] * _log2(wm)
     return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
                                       shape=[wk * sub, dk // 2, bm])
+
+
+@gluon.jit
+def _permute6(x, P: gl.constexpr):
+    return gl.permute(x, (P[0], P[1], P[2], P[3], P[4], P[5]))
+
+
+@gluon.jit
+def _permute7(x, P: gl.constexpr):
+    return gl.permute(x, (P[0], P[1], P[2], P[3], P[4], P[5], P[6]))
 
 
 @gluon.jit
@@ -218,7 +239,7 @@ def _int8_fragments(w, dtype: gl.constexpr, MMA: gl.constexpr):
         o = gl.inline_asm_elementwise(_ASM_I8_F16, "=h,=h,=h,=h,r", [w], dtype=(gl.float16, ) * 4, is_pure=True,
                                       pack=1)
     a = gl.join(gl.join(o[0], o[1]), gl.join(o[2], o[3]))  # [B, BN, c, ω, e, h]
-    a = gl.reshape(gl.permute(a, (0, 1, 3, 5, 2, 4)), [B, BN, 16 * WT])
+    a = gl.reshape(_permute6(a, A_PERM_INT8), [B, BN, 16 * WT])
     return gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2))
 
 
@@ -239,10 +260,10 @@ def _x_fragments(xv, dtype: gl.constexpr, MMA: gl.constexpr, INT8: gl.constexpr)
     b = gl.permute(gl.join(lo, hi), (0, 1, 3, 2))  # [B, DK / 2, 2, BM]
     if INT8:
         b = gl.reshape(b, [B, 4, DK // 16, 2, 2, BM])
-        b = gl.reshape(gl.permute(b, (0, 2, 3, 1, 4, 5)), [B, DK, BM])
+        b = gl.reshape(_permute6(b, X_PERM_INT8), [B, DK, BM])
     else:
         b = gl.reshape(b, [B, 4, DK // 32, 2, 2, 2, BM])
-        b = gl.reshape(gl.permute(b, (0, 2, 3, 4, 1, 5, 6)), [B, DK, BM])
+        b = gl.reshape(_permute7(b, X_PERM_INT4), [B, DK, BM])
     return gl.convert_layout(b, gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2))
 
 
@@ -280,7 +301,7 @@ def _chunk_product(acc, w, xv, z, s, dtype: gl.constexpr, MMA: gl.constexpr, SCA
         q0 = gl.join(gl.join(o[0], o[1]), gl.join(o[2], o[3]))  # [.., c, ω, e, jl] for jh = 0
         q1 = gl.join(gl.join(o[4], o[5]), gl.join(o[6], o[7]))
         a = gl.join(q0, q1)  # [B, BN, c, ω, e, jl, jh]
-        a = gl.reshape(gl.permute(a, (0, 1, 3, 6, 5, 2, 4)), [B, BN, DK])
+        a = gl.reshape(_permute7(a, A_PERM_INT4), [B, BN, DK])
         a = gl.convert_layout(a, gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2))
         b = _x_fragments(xv, dtype, MMA, False)
         if SCALE_IN:

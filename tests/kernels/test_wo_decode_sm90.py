@@ -65,24 +65,47 @@ def test_int8_word_conversion_ptx_emulated(fp16):
             assert got == float(byte - 256 * (byte >> 7)), f"word {word:#010x} byte {j}: {got}"
 
 
-@pytest.mark.parametrize("dk", [64, 128])
-def test_k_permutation_matches_the_mma_fragments(dk):
-    """The kernel's renaming, modelled in Python: thread c's loaded codes (word ω, code i) and x
-    columns land on logical columns k such that, per 16-column k step, lane c holds exactly the A and B
-    fragment columns (2c, 2c + 1, 2c + 8, 2c + 9) of m16n8k16, and weight and x agree on every k."""
-    wt = dk // 32
-    logical_w, logical_x = {}, {}
-    for c in range(4):
-        for om in range(wt):
-            for i in range(8):
-                jh, jl, e = i >> 2, (i >> 1) & 1, i & 1
-                k = 32 * om + 16 * jh + 8 * jl + 2 * c + e  # the permute/reshape of _chunk_product
-                logical_w[k] = (c, c * dk // 4 + 8 * om + i)  # (lane, physical column of the chunk)
-                logical_x[k] = (c, c * dk // 4 + 8 * om + i)
-    assert sorted(logical_w) == list(range(dk)) and logical_w == logical_x
-    assert sorted(p for _, p in logical_w.values()) == list(range(dk))
-    for k, (c, _) in logical_w.items():
-        assert (k % 16) % 8 // 2 == c  # columns 2c, 2c + 1 (+ 8) of each k step belong to lane c
+def _logical_to_physical(perm, shape, physical, weight):
+    """The kernel's renaming applied to a tensor of physical chunk columns: an array whose entries are
+    ``physical(*index)`` — [1, 1, *shape] for the weight ([B, BN, ...]), [1, *shape, 1] for x
+    ([B, ..., BM]) — permuted by ``perm`` and flattened (as `_permute*` + `reshape` do to the loaded
+    values): entry k is the physical column that lands on logical column k."""
+    import numpy as np
+
+    values = physical(*np.indices(shape))
+    values = values[None, None] if weight else values[None, ..., None]
+    return np.transpose(values, perm).reshape(-1)
+
+
+@pytest.mark.parametrize("fmt,dk", [("int4", 128), ("int4", 64), ("int8", 64), ("int8", 128)])
+def test_k_permutation_matches_the_mma_fragments(fmt, dk):
+    """The kernel's permutations (``A_PERM_*`` for the weight, ``X_PERM_*`` for x) applied to
+    physical column indices: weight and x agree on every logical column; every column appears once;
+    each logical pair (2i, 2i + 1) is one 32-bit register as loaded (physical p, p + 1, p even: no
+    repacking); and logical column k belongs to lane c = (k mod 8) // 2, the m16n8k16 fragment lane
+    that holds columns 2c, 2c + 1, 2c + 8, 2c + 9 of each 16-column step, while physical column p is
+    loaded by lane c = p // (DK / 4)."""
+    from quantkit.kernels import wo_decode_sm90 as d
+
+    q = dk // 4  # physical columns per lane c
+    if fmt == "int4":
+        wt = dk // 32
+        # weight joined as [c, ω, e, jl, jh] (code 4·jh + 2·jl + e of word ω of slice c); x [c, ω, jh, jl, e]
+        w = _logical_to_physical(d.A_PERM_INT4.value, (4, wt, 2, 2, 2),
+                                 lambda c, om, e, jl, jh: c * q + 8 * om + 4 * jh + 2 * jl + e, True)
+        x = _logical_to_physical(d.X_PERM_INT4.value, (4, wt, 2, 2, 2),
+                                 lambda c, om, jh, jl, e: c * q + 8 * om + 4 * jh + 2 * jl + e, False)
+    else:
+        wt = dk // 16
+        # weight joined as [c, ω, e, h] (byte 2·h + e of word ω of slice c); x [c, ω, h, e]
+        w = _logical_to_physical(d.A_PERM_INT8.value, (4, wt, 2, 2), lambda c, om, e, h: c * q + 4 * om + 2 * h + e,
+                                 True)
+        x = _logical_to_physical(d.X_PERM_INT8.value, (4, wt, 2, 2), lambda c, om, h, e: c * q + 4 * om + 2 * h + e,
+                                 False)
+    assert w.tolist() == x.tolist()
+    assert sorted(w.tolist()) == list(range(dk))
+    assert all(w[k + 1] == w[k] + 1 and w[k] % 2 == 0 for k in range(0, dk, 2))
+    assert all((k % 8) // 2 == w[k] // q for k in range(dk))
 
 
 def _decode_candidates(module) -> list:
@@ -138,7 +161,7 @@ def _decode_check_main() -> None:
     failures = []
     for cfg, bm, group, dtype, bias, even in _decode_compile_jobs():
         kernel = _compile_decode(cfg, bm, group, dtype, bias, even)
-        info, sass = _sm90_tools(kernel)
+        info, _ = _sm90_tools(kernel)
         spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
         regs = int(re.search(r"Used (\d+) registers", info).group(1))
         ptx = kernel.asm["ptx"]
