@@ -45,9 +45,16 @@ Kernels
                             refuses a problem (M not a multiple of 4, a float32 output with a bias)
                             the Triton GEMM runs; ``QUANTKIT_FP8_CUBLAS=0`` keeps every GEMM in Triton.
 
-Per call: the output; the separate-quantization path (``fuse_act_quant`` false, only for M > 16:
-never at decode sizes) also allocates the e4m3 codes and K-major scales of x from PyTorch's caching
-allocator — the one intermediate buffer, named here as the exception. No host synchronization;
+  * ``decode`` config (M ≤ 16, sm_90): ``_act_quant_kernel`` writes the codes and K-major scales once,
+                            then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90` multiplies
+                            them with the weight (``mma.sync`` e4m3, the loaded bytes are the
+                            fragments, one scale product per K chunk), launched as a programmatic
+                            dependent of the quantization so that its first weight loads overlap it.
+
+Per call: the output; the separate-quantization path (``fuse_act_quant`` false, only for M > 16)
+also allocates the e4m3 codes and K-major scales of x from PyTorch's caching allocator — the one
+intermediate buffer, named here as the exception. The ``decode`` path keeps its codes and scales
+behind the output, in the output's allocation. No host synchronization;
 every launch goes through :func:`quantkit.kernels.launch.cached`.
 
 The activation quantizers divide with ``_div_exact`` (reciprocal, multiply and two fused-multiply-add
@@ -71,6 +78,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
@@ -156,8 +164,12 @@ def _quantize_rows(x, UE8M0: tl.constexpr, ON_GPU: tl.constexpr, ZERO_SIGN: tl.c
 @triton.jit
 def _act_quant_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, stride_sg,
                       BLOCK_M: tl.constexpr, GROUP: tl.constexpr, UE8M0: tl.constexpr,
-                      ON_GPU: tl.constexpr):
-    """One program: BLOCK_M rows × one group of GROUP columns."""
+                      ON_GPU: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False):
+    """One program: BLOCK_M rows × one group of GROUP columns. LAUNCH_DEPENDENTS: the GEMM launched
+    after it with programmatic dependent launch may be scheduled now (it waits for this grid's
+    completion before reading the codes)."""
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     pid_m = tl.program_id(0)
     g = tl.program_id(1)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -545,7 +557,7 @@ def quantize_act(x: torch.Tensor, group_size: int = 128, scale_fmt: str | None =
     return q, s
 
 
-def _launch_act_quant(x, q, s, stride_sm, stride_sg, group, ue8m0) -> None:
+def _launch_act_quant(x, q, s, stride_sm, stride_sg, group, ue8m0, launch_dependents=False) -> None:
     m, k = x.shape
     if m == 0 or k == 0:
         return
@@ -557,7 +569,8 @@ def _launch_act_quant(x, q, s, stride_sm, stride_sg, group, ue8m0) -> None:
         block_m //= 2
     grid = (ceil_div(m, block_m), groups)
     _act_quant_fast[grid](x, q, s, m, k, x.stride(0), q.stride(0), stride_sm, stride_sg,
-                          BLOCK_M=block_m, GROUP=group, UE8M0=ue8m0, ON_GPU=x.is_cuda, num_warps=4)
+                          BLOCK_M=block_m, GROUP=group, UE8M0=ue8m0, ON_GPU=x.is_cuda,
+                          LAUNCH_DEPENDENTS=launch_dependents, num_warps=4)
 
 
 def quantize_weight(weight: torch.Tensor, block_size: int = 128, scale_fmt: str | None = None):
@@ -613,6 +626,7 @@ _CONFIG_KEYS = {
     "stream": ("BLOCK_W", "BLOCK_X", "fuse_act_quant", "num_warps", "num_stages"),
     "tiled": ("BLOCK_M", "BLOCK_N", "GROUP_M", "tma", "fuse_act_quant", "num_warps", "num_stages"),
     "cublas": ("fuse_act_quant",),
+    "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL", "fuse_act_quant"),
 }
 
 
@@ -645,6 +659,17 @@ def _cublas() -> dict:
     return {"kernel": "cublas", "fuse_act_quant": False}
 
 
+def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16) -> dict:
+    """M ≤ 16, sm_90: the activation quantization kernel writes the codes once, then the Gluon decode
+    kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps,
+    DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
+    programmatic dependent of the quantization). Both in one allocation with the output. Where it
+    cannot run (another GPU, K not a multiple of DK, b < DK or < the program's rows), the fused default
+    for the problem runs."""
+    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl,
+            "fuse_act_quant": False}
+
+
 def _pow2(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
 
@@ -660,6 +685,14 @@ def _check_config(config: dict, block_size: int) -> None:
     if kind == "cublas":
         if config["fuse_act_quant"]:
             raise ValueError(f"the cublas GEMM reads quantized activations (fuse_act_quant=False): {config!r}")
+        return
+    if kind == "decode":
+        from quantkit.kernels.aq_decode_sm90 import check_config
+
+        check_config(config)
+        if config["fuse_act_quant"] or not isinstance(config["PDL"], bool):
+            raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False) and "
+                             f"PDL is a bool: {config!r}")
         return
     stages = config["num_stages"]
     if not _pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
@@ -694,10 +727,9 @@ def default_config(M: int, N: int, K: int) -> dict:
         # independent load chains each (the 64-row wgmma swap kernel gives N / 64 single-chain programs).
         return _stream(16, 1, 8, 3)
     if M <= 16:
-        # Each program re-quantizes its x rows, so wider weight tiles pay less of that per weight byte;
-        # 32 rows × 8 x rows keeps N / 16 programs at N = 4096. Wide layers have programs enough for
-        # the 64-row wgmma kernel, which quantizes x half as often per weight byte (H100 sweep, notes).
-        return _stream(32, 8, 4, 3) if N <= 8192 else _swap(64, 16, 2, 4, 4, True)
+        # The Gluon decode kernel where it can run (sm_90; it falls back to the fused default
+        # elsewhere): x quantized once instead of in every program (H100 sweep, notes/fp8_block.md).
+        return _decode(1, 4, dk=128) if K % 128 == 0 else _decode(1, 4) if K % 64 == 0 else _fused_default(N)
     if M <= 64:
         return _swap(64, 64, 1, 4, 4, False)
     if M <= 256:
@@ -705,13 +737,21 @@ def default_config(M: int, N: int, K: int) -> dict:
     return _tiled(128, 128, 8, 4, True)
 
 
+def _fused_default(N: int) -> dict:
+    """2 ≤ M ≤ 16 in one launch. Each program re-quantizes its x rows, so wider weight tiles pay less
+    of that per weight byte; 32 rows × 8 x rows keeps N / 16 programs at N = 4096. Wide layers have
+    programs enough for the 64-row wgmma kernel, which quantizes x half as often per weight byte (H100
+    sweep, notes)."""
+    return _stream(32, 8, 4, 3) if N <= 8192 else _swap(64, 16, 2, 4, 4, True)
+
+
 # The sweep's search space by M bucket: ≤ 8 per cell, ≤ 24 distinct over the 15 benchmark cells, each
-# compiled offline for sm_90 without spills (notes/fp8_block.md). Every M ≤ 16 entry is fused.
-_DECODE_1 = [_swap(64, 1, 2, 4, 5, True), _stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(32, 1, 8, 4),
-             _stream(16, 1, 4, 3)]
-_DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _swap(128, 16, 2, 4, 3, True), _stream(32, 16, 4, 3),
-              _stream(32, 16, 8, 3), _stream(32, 8, 4, 3), _stream(64, 8, 4, 3), _stream(64, 4, 4, 3),
-              _stream(32, 8, 4, 4)]
+# compiled offline for sm_90 without spills (notes/fp8_block.md). Every M ≤ 16 entry is fused or the
+# Gluon decode kernel: the output's allocation is the only one.
+_GLUON_DECODE = [_decode(1, 4), _decode(1, 8), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8), _decode(1, 4, wm=2, dk=128),
+                 _decode(1, 2, wm=4)]
+_DECODE_1 = [_stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(16, 1, 4, 3)] + _GLUON_DECODE[:2]
+_DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _stream(32, 8, 4, 3)] + _GLUON_DECODE
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 128, 1, 4, 4, False), _swap(64, 64, 1, 4, 4, False),
         _tiled(64, 128, 4, 4, False)]
 _LARGE = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 128, 8, 4, False),
@@ -834,6 +874,15 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     _check_config(config, block_size)
     if config["kernel"] == "gemv":  # it quantizes x itself; the same weight tiling through the MMA kernel
         config = _swap(config["BLOCK_W"], 1, config["GROUPS"], config["num_warps"], 4, False)
+    if config["kernel"] == "decode":
+        from quantkit.kernels import aq_decode_sm90
+
+        if m <= 16 and x_q.stride(0) % 16 == 0 and x_q.data_ptr() % 16 == 0 \
+                and aq_decode_sm90.usable(x_q, weight_q, config, block_size):
+            aq_decode_sm90.launch(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias,
+                                  y, config, fp8=True, group=block_size)
+            return y
+        config = _triton_gemm_config(m, n, k)
     if config["kernel"] == "cublas":  # a choice for linear(), whose scales are laid out as cuBLAS wants
         config = _triton_gemm_config(m, n, k)
     return _run_gemm(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias, y,
@@ -863,6 +912,12 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         return torch.empty(m, n, dtype=x.dtype, device=x.device)
     if config["kernel"] == "cublas" and not _cublas_usable(x, m, n, k, bias, block_size):
         config = default_config(m, n, k)
+    if config["kernel"] == "decode":
+        from quantkit.kernels import aq_decode_sm90
+
+        if m <= 16 and aq_decode_sm90.usable(x, weight_q, config, block_size):
+            return _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq_decode_sm90)
+        config = _fused_default(n) if 2 <= m <= 16 else default_config(m, n, k)
     if config["fuse_act_quant"]:
         y = torch.empty(m, n, dtype=x.dtype, device=x.device)
         return _run_gemm(x, None, 0, 0, weight_q, weight_scale, bias, y, block_size, config, True, ue8m0)
@@ -880,6 +935,21 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0)
 
 
+def _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq) -> torch.Tensor:
+    """M ≤ 16 on sm_90: the codes [M, Kp] and K-major scales [ceil(K/b), M] into a workspace behind the
+    output (one allocation), then the decode kernel, launched while the quantization runs when ``PDL``."""
+    m, k = x.shape
+    kp = ceil_div(k, 16) * 16
+    groups = ceil_div(k, block_size)
+    out, ws = aq.out_with_workspace(m, weight_q.shape[0], x.dtype, x.device, m * kp + 4 * groups * m)
+    x_q = ws[:m * kp].view(FP8_DTYPE).view(m, kp)[:, :k]
+    x_s = ws[m * kp:].view(torch.float32).view(groups, m)
+    pdl = config["PDL"]
+    _launch_act_quant(x, x_q, x_s, 1, m, block_size, ue8m0, launch_dependents=pdl)
+    aq.launch(x_q, x_s, 1, m, weight_q, weight_scale, bias, out, config, fp8=True, group=block_size, pdl=pdl)
+    return out
+
+
 def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, out_dtype):
     """cuBLAS's block-scaled GEMM on operands quantized here, or None where cuBLAS refuses the problem
     (CUBLAS_STATUS_NOT_SUPPORTED, e.g. M not a multiple of 4 on cuBLAS 13.0: then remembered)."""
@@ -893,7 +963,7 @@ def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, out_dtype):
 def _triton_gemm_config(m: int, n: int, k: int) -> dict:
     """The Triton GEMM to run on activations already quantized where a ``cublas`` config cannot."""
     config = default_config(m, n, k)
-    return _swap(64, 64, 1, 4, 4, False) if config["fuse_act_quant"] else config
+    return _swap(64, 64, 1, 4, 4, False) if config["fuse_act_quant"] or config["kernel"] == "decode" else config
 
 
 # Problems cuBLAS refused once (by (M, N, K, dtype)): not asked again.

@@ -43,11 +43,17 @@ Kernels
     With ``pdl`` the GEMM (and the reduction) use programmatic dependent launch: scheduled while
     the previous grid finishes, they wait for it in-kernel (``gdc_wait``) before their first load.
 
+  * ``decode`` configs (M <= 16, sm_90): ``_quant_rows_kernel`` writes the codes and scales once,
+    then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90` multiplies them with the weight
+    (``mma.sync`` s8, the loaded bytes are the fragments), launched as a programmatic dependent of the
+    quantization so that its first weight loads overlap it.
+
 Intermediate buffers: the M > 16 path quantizes ``x`` once into a workspace, because the GEMM reads
 every x row once per column block of the output: one ``torch.empty`` from PyTorch's caching
 allocator holding ``x_q`` [M, Kp] int8 (Kp = K rounded up to 16), the float32 row scales and, with
 split-K, the int32 partials [SPLIT_K, M, N]. That is the one allocation besides the output, and only
-there. M <= 16 allocates the output only and makes one launch.
+there. M <= 16 allocates the output only: the fused kernels make one launch; the decode path's codes
+and scales live behind the output in the same allocation.
 
 Layouts: ``x`` [M, K] with unit stride along K (any row stride); ``weight_q`` int8 [N, K] contiguous
 (nn.Linear's [out, in]); scales float32 [M] / [N]; ``bias`` [N] bf16/fp16/fp32; output [M, N]
@@ -56,7 +62,8 @@ int32); activations bf16, fp16 or fp32. TMA needs sm_90, 16-byte aligned buffers
 the weight; otherwise the pointer kernel runs.
 
 ``linear`` picks a config per problem (``quantkit.kernels.tuning``: tuned table, else
-``default_config``); ``config["kernel"]`` is ``"gemv"``, ``"fused"`` or ``"two_pass"``. Every launch
+``default_config``); ``config["kernel"]`` is ``"gemv"``, ``"fused"``, ``"stream"``, ``"decode"`` or
+``"two_pass"``. Every launch
 goes through :func:`quantkit.kernels.launch.cached`. See notes/int8_dynamic.md for the reasoning.
 """
 from __future__ import annotations
@@ -557,6 +564,7 @@ _KEYS = {
     "fused": ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
     "stream": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps", "num_stages"),
     "two_pass": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "mode", "pdl"),
+    "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL"),
 }
 _MODES = ("pointer", "tma", "persistent")
 
@@ -586,6 +594,15 @@ def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, g
             "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages, "mode": mode, "pdl": pdl}
 
 
+def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16) -> dict:
+    """M <= 16, sm_90: the row quantization kernel writes the codes once, then the Gluon decode kernel
+    of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps, DK-deep K
+    chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a programmatic
+    dependent of the quantization). Both in one allocation with the output. Where it cannot run, the
+    M <= 16 fused default runs."""
+    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl}
+
+
 def _check_config(config: dict) -> None:
     kind = config.get("kernel")
     keys = _KEYS.get(kind)
@@ -594,6 +611,13 @@ def _check_config(config: dict) -> None:
     missing = [k for k in keys if k not in config]
     if missing:
         raise ValueError(f"int8_dynamic config {config!r} lacks {missing}")
+    if kind == "decode":
+        from quantkit.kernels.aq_decode_sm90 import check_config
+
+        check_config(config)
+        if not isinstance(config["PDL"], bool):
+            raise ValueError(f"int8_dynamic decode config: PDL must be a bool, got {config!r}")
+        return
     if kind == "stream":
         def pow2(v):
             return isinstance(v, int) and v >= 1 and v & (v - 1) == 0
@@ -618,11 +642,9 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M == 1:
         return _gemv(16, 512, 4, 3)
     if M <= 16:
-        # Every program quantizes the x rows it multiplies. At N = 4096, 32-row weight tiles with the
-        # K of a step split over the warps and 8 x rows a program (256 programs, each weight tile read
-        # twice from L2) beat the 16-row-block fused kernel; wide layers have programs enough for the
-        # fused kernel's 64-row tiles, which quantize x half as often per weight byte (H100 sweep).
-        return _stream(32, 128, 4, 3, bm=8) if N <= 8192 else _fused(64, 256, 8, 3)
+        # The Gluon decode kernel where it can run (sm_90; it falls back to the fused default
+        # elsewhere): x quantized once instead of in every program (H100 sweep, notes/int8_dynamic.md).
+        return _decode(1, 4, dk=128) if K % 128 == 0 else _decode(1, 4) if K % 64 == 0 else _fused_default(N)
     if M <= 256:
         # >= ~100 programs, so that enough SMs pull the weight: 128 x 128 tiles where there are that
         # many (each x row and weight column is re-read from L2 N / 128 and M / 128 times), 64 x 64
@@ -636,11 +658,20 @@ def default_config(M: int, N: int, K: int) -> dict:
     return _two_pass(128, 256, 128, 8, 3, mode="tma")
 
 
+def _fused_default(N: int) -> dict:
+    """M <= 16 in one launch. Every program quantizes the x rows it multiplies. At N = 4096, 32-row
+    weight tiles with the K of a step split over the warps and 8 x rows a program (256 programs, each
+    weight tile read twice from L2) beat the 16-row-block fused kernel; wide layers have programs
+    enough for the fused kernel's 64-row tiles, which quantize x half as often per weight byte (H100
+    sweep)."""
+    return _stream(32, 128, 4, 3, bm=8) if N <= 8192 else _fused(64, 256, 8, 3)
+
+
 # The search space: one list per M range, <= 8 configs each, 24 distinct over the benchmark cells.
-_GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4, 4)]
-_FUSED_CANDIDATES = [_fused(32, 256, 8, 4), _fused(64, 256, 8, 3), _fused(32, 256, 4, 4), _stream(32, 128, 4, 3),
-                     _stream(64, 128, 4, 3, bm=8), _stream(32, 64, 8, 3, bm=8), _stream(32, 128, 4, 3, bm=8),
-                     _stream(32, 128, 8, 3, bm=8)]
+_DECODE_CANDIDATES = [_decode(1, 4), _decode(1, 8), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
+                      _decode(1, 4, wm=2, dk=128), _decode(1, 2, wm=4)]
+_GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4, 4)] + _DECODE_CANDIDATES[:2]
+_FUSED_CANDIDATES = [_fused(64, 256, 8, 3), _stream(32, 128, 4, 3, bm=8)] + _DECODE_CANDIDATES
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
                    _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)]
@@ -834,6 +865,13 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
             config = default_config(M, N, K)
     _check_config(config)
     kind = config["kernel"]
+    if kind == "decode":
+        from quantkit.kernels import aq_decode_sm90
+
+        if M <= 16 and K <= MAX_K and aq_decode_sm90.usable(x, weight_q, config):
+            return _decode_launch(x, weight_q, weight_scale, bias, config, aq_decode_sm90)
+        config = _fused_default(N) if 2 <= M <= 16 else default_config(M, N, K)
+        kind = config["kernel"]
     bias_arg = bias if bias is not None else weight_scale  # never read when HAS_BIAS is False
     out = torch.empty((M, N), dtype=x.dtype, device=device)
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
@@ -874,3 +912,17 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     pdl = config["pdl"] and _COMPILED and _facts(x)[0]
     _quant_rows_into(x, ws, kp, ws, M * kp, launch_dependents=pdl)
     return _gemm_launch(ws, kp, ws, M * kp, weight_q, weight_scale, bias, out, M, N, K, config, pdl, ws, part_off)
+
+
+def _decode_launch(x, weight_q, weight_scale, bias, config, aq) -> torch.Tensor:
+    """M <= 16 on sm_90: the codes [M, Kp] and row scales [M] into a workspace behind the output (one
+    allocation), then the decode kernel, launched while the quantization runs when ``PDL``."""
+    M, K = x.shape
+    kp = ceil_div(K, 16) * 16
+    out, ws = aq.out_with_workspace(M, weight_q.shape[0], x.dtype, x.device, M * kp + 4 * M)
+    codes = ws[:M * kp].view(torch.int8).view(M, kp)[:, :K]
+    scales = ws[M * kp:].view(torch.float32)
+    pdl = config["PDL"]
+    _quant_rows_into(x, codes, kp, scales, 0, launch_dependents=pdl)
+    aq.launch(codes, scales, 1, 0, weight_q, weight_scale, bias, out, config, fp8=False, pdl=pdl)
+    return out

@@ -15,8 +15,8 @@ allocated, call each compiled kernel's launcher directly with the new addresses,
 recorded cuBLAS calls (``_scaled_mm``, ``mm``, ``addmm``) on the same views of the new buffers.
 
 A call is only planned when everything it did was allocations, views, launches through
-``launch.cached`` and those cuBLAS calls, it returned one of the tensors it created, and no Triton
-launch hook (a profiler) was installed; otherwise it always runs normally. Why a replay is exact:
+``launch.cached`` and those cuBLAS calls, it returned one of the tensors it created (or a view of one
+in its dtype), and no Triton launch hook (a profiler) was installed; otherwise it always runs normally. Why a replay is exact:
 the launches depend on the key's contents only — shapes, strides and dtypes fix every grid, integer
 argument and config (the tuned-config memo never changes an entry once made), and the alignment of
 every address that Triton specializes on is either in the key (``x``, the buffers) or that of a fresh
@@ -132,9 +132,9 @@ class Plan:
     the outputs of the cuBLAS ops, made by their steps. Layer buffers enter launches as the integer
     addresses the key holds, and ops as views of the buffers passed to the call."""
 
-    def __init__(self, allocations, out_root, steps, keep_alive):
+    def __init__(self, allocations, out, steps, keep_alive):
         self.allocations = allocations  # [(size, stride, dtype)]
-        self.out_root = out_root
+        self.out = out  # a _TensorArg: a root, or a view of one
         self.steps = steps
         self.keep_alive = keep_alive
 
@@ -162,7 +162,7 @@ class Plan:
                 out = func(*op_args, **kwargs)
                 roots.append(out)
                 bases.append(out.data_ptr())
-        return roots[self.out_root]
+        return self.out.get(roots, args)
 
 
 class _Unplannable(Exception):
@@ -262,13 +262,22 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
             steps.append(("launch", call, tuple(grid) + after_stream, template, slots, descs))
     except _Unplannable as exc:
         return str(exc)
-    out_root = next((i for i, t in enumerate(roots) if i > 0 and isinstance(y, torch.Tensor)
-                     and t.data_ptr() == y.data_ptr() and t.shape == y.shape and t.stride() == y.stride()
-                     and t.dtype == y.dtype), None)
-    if out_root is None:
+    # The output: a root itself, or a view of one in the same dtype (a kernel's scratch may share the
+    # output's allocation, the output being its leading part).
+    out = None
+    if isinstance(y, torch.Tensor):
+        root = by_storage.get(y.untyped_storage().data_ptr())
+        if root is not None and root > 0 and roots[root].dtype == y.dtype:
+            base = roots[root]
+            if y.data_ptr() == base.data_ptr() and y.shape == base.shape and y.stride() == base.stride():
+                out = _TensorArg(True, root)
+            else:
+                out = _TensorArg(True, root, tuple(y.shape), tuple(y.stride()),
+                                 (y.data_ptr() - base.data_ptr()) // y.element_size())
+    if out is None:
         return "the output is not a tensor the call created"
     allocations = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in rec.allocations]
-    return Plan(allocations, out_root, steps, keep_alive)
+    return Plan(allocations, out, steps, keep_alive)
 
 
 def _record(fn: Callable, x: torch.Tensor, args) -> tuple[torch.Tensor, Plan | str]:

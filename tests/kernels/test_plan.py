@@ -168,7 +168,30 @@ def test_cublas_ops_are_replayed_on_views_of_the_new_buffers(monkeypatch):
         assert K1.run.calls[-1][13] == x_new.data_ptr()
 
 
-@pytest.mark.parametrize("variant", ["torch_op", "view_output", "no_launch", "hook"])
+def test_an_output_that_views_a_larger_allocation_is_replayed_as_that_view(monkeypatch):
+    """The decode paths keep their scratch behind the output in one allocation and return the leading
+    view: the replay allocates the block again and returns the same view of it, which is also where
+    the kernel wrote."""
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+
+    def fn(x):
+        m, k = x.shape
+        buf = torch.empty(m * 16 + 40, dtype=x.dtype)
+        y = buf[:m * 16].view(m, 16)
+        scratch = buf.view(torch.uint8)[m * 64:]
+        _launch(K1, (m,), [x, scratch, y])
+        return y
+
+    y, plan = plan_mod._record(fn, torch.randn(3, 32), ())
+    assert isinstance(plan, plan_mod.Plan), plan
+    y_new = plan.replay(torch.randn(3, 32), ())
+    assert y_new.shape == y.shape and y_new.stride() == y.stride() and y_new.dtype == y.dtype
+    assert y_new.untyped_storage().nbytes() == y.untyped_storage().nbytes()
+    call = K1.run.calls[-1]
+    assert call[13 + 2] == y_new.data_ptr() and call[13 + 1] == y_new.data_ptr() + 3 * 64
+
+
+@pytest.mark.parametrize("variant", ["torch_op", "other_dtype_view", "no_launch", "hook"])
 def test_calls_that_cannot_be_replayed_are_not_planned(variant):
     weight, scale, bias, flag = _args()
 
@@ -178,8 +201,8 @@ def test_calls_that_cannot_be_replayed_are_not_planned(variant):
         y = fake_linear(x, *args)
         if variant == "torch_op":
             y.add_(1.0)  # GPU work outside the recorded launches
-        if variant == "view_output":
-            return y[:, :8]
+        if variant == "other_dtype_view":
+            return y.view(torch.int32)  # a view through another dtype: not an element offset of a root
         if variant == "hook":
             plan_mod.note_unplannable("a Triton launch hook is installed")
         return y

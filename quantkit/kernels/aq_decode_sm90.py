@@ -1,0 +1,303 @@
+"""Decode (M <= 16) for the recipes that quantize activations, on the tensor cores, written in Gluon:
+8-bit x codes times 8-bit weight codes with ``mma.sync`` m16n8k32, for int8 dynamic (s8 × s8 -> s32,
+one scale per token and per output channel) and fp8 block-wise (e4m3 × e4m3 -> f32, one scale per
+1×G x group and per G×G weight block).
+
+Why. At decode sizes a layer's time is the time to stream its weight, and the fused kernels of
+:mod:`quantkit.kernels.fp8_block` and :mod:`quantkit.kernels.int8_dynamic` re-quantize the x rows in
+every program: with N / 16-64 programs that multiplies the quantization (~8 instructions per x element)
+by 64-256. Here x is quantized once, by the families' own quantization kernels, into a workspace that
+shares the output's allocation; this kernel is launched with programmatic dependent launch (PDL), so
+its programs are resident and issue their first weight loads while the quantization runs, and wait for
+it (``griddepcontrol.wait``) before they read x.
+
+Layout games, all in registers (the same idea as :mod:`quantkit.kernels.wo_decode_sm90`, simpler: 8-bit
+operands need no conversion). The m16n8k32 A fragment of lane 4·r + c is four 32-bit registers: rows r
+and r + 8, columns 4c..4c+3 and 16 + 4c..16 + 4c + 3 of a 32-deep k step; the B fragment is two
+registers, the same columns of x row r. A thread loads DK / 4 contiguous bytes (16 at DK = 64, 32 at
+DK = 128) of a weight row per DK-deep K chunk: physical bytes [c·DK/4, (c + 1)·DK/4) of the chunk, and
+the chunk's K order is permuted so that byte j of its word ω = 2s + h is logical column 32s + 16h + 4c +
+j — each loaded word *is* a fragment register (``reshape`` / ``permute`` rename, ``convert_layout``
+to the mma operand moves no data; the CPU test compiles every candidate and checks for shared memory
+and shuffles). x codes are loaded the same way (16-32 contiguous bytes of x row r), so both operands
+agree on the permuted order and the dot product is unchanged.
+
+Numerics. int8: the products and their int32 sums are exact (|sum| <= 127²·K < 2³¹ for K < 133,000),
+so the result is bit-identical to the other int8-dynamic kernels: y = (f32(Σ) · x_scale) · w_scale
+(+ bias), one rounding each, no fused multiply-add. fp8: ptxas runs the e4m3 mma on sm_90 as two f16
+HMMAs (every e4m3 value is exact in f16, products exact in f32); each chunk lies in one scale group
+(DK divides G), its f32 dot is scaled by x_scale · w_scale and accumulated (an FMA), as the Triton
+kernels of the family do.
+
+Parallelism without split-K: a program owns BN = 16·MT·WM weight rows (one G-row scale block) and
+WK·WM warps; a trip covers WK·SUB chunks (the batch dimension of a 3-D mma; warp k takes chunks
+k + WK·i), the WM warps split the rows, and the partial sums are added once at the end. The next trip's
+loads are issued before the current one's mma (two register buffers, the loop unrolled by two); the
+weight loads are L1 evict-first (read once).
+
+Requirements (:func:`usable`): sm_90; K a multiple of DK (fp8: DK divides G, BN <= G); the weight
+contiguous and 16-byte aligned; the x codes' row stride a multiple of 16 (the workspace pads it).
+Rows past N re-read row N - 1, rows past M re-read row M - 1 (never stored); chunks past the last read
+as zeros (an odd trip count).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from quantkit.kernels.launch import cached
+from quantkit.kernels.wo_decode_sm90 import _arange3, _is_sm90, _log2
+from quantkit.reference.common import ceil_div
+
+# Loaded bytes [B, R, c, s, h, j] (byte 4·(2s + h) + j of slice c) -> logical order (s, h, c, j):
+# column 32s + 16h + 4c + j of the chunk (the CPU test applies this to physical column indices).
+K_PERM = gl.constexpr((0, 1, 3, 4, 2, 5))
+
+
+@functools.lru_cache(maxsize=None)
+def operand_layout(wk: int, wm: int, rows: int, dk: int, sub: int = 1, weight: bool = True) -> gl.DistributedLinearLayout:
+    """Bytes [WK·SUB, ROWS, 4, DK / 4] (chunk b of a trip, row, slice c, byte): warp (k, m) lane 4·r + c
+    holds chunks k + WK·i (i < SUB), and the DK / 4 bytes of slice c (registers first: one or two
+    16-byte loads) of rows r (+ 8) of each 16-row tile. ``weight``: ROWS = 16·MT·WM rows, warp m
+    takes rows 16·WM·t + 16·m + r (as the mma layout places them); else x's ROWS = BM (8 or 16) rows,
+    shared by the WM warps of a K slice."""
+    reg = [[0, 0, 0, 1 << i] for i in range(_log2(dk // 4))]
+    if weight:
+        mt = rows // (16 * wm)
+        reg += [[0, 8, 0, 0]] + [[0, 16 * wm << i, 0, 0] for i in range(_log2(mt))]
+        warp_m = [[0, 16 << i, 0, 0] for i in range(_log2(wm))]
+    else:
+        reg += [[0, 8, 0, 0]] if rows == 16 else []
+        warp_m = [[0, 0, 0, 0]] * _log2(wm)
+    reg += [[wk << i, 0, 0, 0] for i in range(_log2(sub))]
+    lane = [[0, 0, 1, 0], [0, 0, 2, 0], [0, 1, 0, 0], [0, 2, 0, 0], [0, 4, 0, 0]]
+    # warp ids as the mma layout numbers them: the WM row warps first, then the WK chunk warps
+    warp = warp_m + [[1 << i, 0, 0, 0] for i in range(_log2(wk))]
+    return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
+                                      shape=[wk * sub, rows, 4, dk // 4])
+
+
+@gluon.jit
+def _logical(v):
+    """Loaded bytes [B, R, 4, DK / 4] -> [B, R, DK] in the logical K order (module docstring)."""
+    B: gl.constexpr = v.shape[0]
+    R: gl.constexpr = v.shape[1]
+    DK: gl.constexpr = 4 * v.shape[3]
+    v = gl.reshape(v, [B, R, 4, DK // 32, 2, 4])
+    v = gl.permute(v, (K_PERM[0], K_PERM[1], K_PERM[2], K_PERM[3], K_PERM[4], K_PERM[5]))
+    return gl.reshape(v, [B, R, DK])
+
+
+@gluon.jit
+def _grid_wait():
+    """Programmatic dependent launch: block until the previous grid (the quantization) has completed
+    and its writes are visible. A no-op when the launch was not programmatic."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _load_w(t, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexpr, EVEN: gl.constexpr):
+    """Trip t's weight bytes. EVEN (whole trips, an even count): no masks, the prefetch past the end
+    reads the last trip again (L2 hits, never used); otherwise chunks past K read zeros."""
+    if EVEN:
+        t = gl.minimum(t, TRIPS - 1)
+        return gl.load(w_ptrs + t * (B * DK), eviction_policy="evict_first")
+    else:
+        return gl.load(w_ptrs + t * (B * DK), mask=gl.broadcast(t * B + wk_w < NUM_CHUNKS, w_ptrs)[0], other=0.0,
+                       eviction_policy="evict_first")
+
+
+@gluon.jit
+def _load_x(t, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexpr,
+            GROUP: gl.constexpr, stride_xsg, stride_wsg, FP8: gl.constexpr, EVEN: gl.constexpr):
+    """Trip t's x codes and (fp8) the chunks' scale products x_scale · w_scale [B, BM]."""
+    if EVEN:
+        t = gl.minimum(t, TRIPS - 1)
+        xv = gl.load(x_ptrs + t * (B * DK))
+    else:
+        xv = gl.load(x_ptrs + t * (B * DK), mask=gl.broadcast(t * B + wk_x < NUM_CHUNKS, x_ptrs)[0], other=0.0)
+    if FP8:
+        g = ((t * B + wk_s) * DK) // GROUP  # [B, 1]: the chunk's scale group
+        if EVEN:
+            sc = gl.load(xs_ptrs + g * stride_xsg) * gl.load(ws_ptrs + g * stride_wsg)
+        else:
+            ok = t * B + wk_s < NUM_CHUNKS
+            sc = (gl.load(xs_ptrs + g * stride_xsg, mask=gl.broadcast(ok, xs_ptrs)[0], other=0.0)
+                  * gl.load(ws_ptrs + g * stride_wsg, mask=ok, other=0.0))
+    else:
+        sc = 0
+    return xv, sc
+
+
+@gluon.jit
+def _chunk_product(acc, wv, xv, sc, MMA: gl.constexpr, FP8: gl.constexpr):
+    """acc += the trip's products: the loaded bytes renamed into the mma operands, one 3-D mma; fp8:
+    into a fresh float32 accumulator, then · x_scale · w_scale per chunk."""
+    a = gl.convert_layout(_logical(wv), gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4))
+    b = gl.convert_layout(gl.permute(_logical(xv), (0, 2, 1)),
+                          gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4))
+    if FP8:
+        part = mma_v2(a, b, gl.zeros(acc.shape, gl.float32, MMA))
+        acc = acc + part * sc[:, None, :]
+    else:
+        acc = mma_v2(a, b, acc)
+    return acc
+
+
+@gluon.jit
+def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride_xq, stride_xsm, stride_xsg,
+                    stride_wsn, stride_wsg, stride_ym, NUM_CHUNKS, TRIPS,
+                    FP8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
+                    WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, HAS_BIAS: gl.constexpr,
+                    EVEN: gl.constexpr, WAIT_PRIOR: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
+                    num_warps: gl.constexpr):
+    """Y^T tile [BN = 16·MT·WM rows of W, BM rows of x] over all of K (module docstring). int8: scales
+    x_scale[m] (stride_xsm) and w_scale[n]; fp8: x_scale[m, g] (stride_xsm, stride_xsg) and
+    w_scale[n / G, g] (stride_wsn, stride_wsg)."""
+    BN: gl.constexpr = 16 * MT * WM
+    B: gl.constexpr = WK * SUB  # chunks per trip
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WK, WM, 1], instr_shape=[1, 16, 8])
+    WL: gl.constexpr = gl.SliceLayout(3, W_LAYOUT)  # [B, BN, 4]
+    XL: gl.constexpr = gl.SliceLayout(3, X_LAYOUT)  # [B, BM, 4]
+    SL: gl.constexpr = gl.SliceLayout(1, MMA)  # [B, BM]: per chunk and x row
+    # x tiles fastest: the programs that share a weight tile run side by side (one HBM read of it)
+    num_m = gl.cdiv(M, BM)
+    pid_m = gl.program_id(0) % num_m
+    pid_n = gl.program_id(0) // num_m
+
+    # weight byte: row·K + chunk·DK + c·DK/4 + j
+    wk_w = _arange3(B, 0, WL)
+    rows = gl.minimum(pid_n * BN + _arange3(BN, 1, WL), N - 1)
+    jw = gl.arange(0, DK // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, W_LAYOUT))))
+    w_ptrs = (w_ptr + (rows.to(gl.int64) * K + wk_w * DK + _arange3(4, 2, WL) * (DK // 4))[:, :, :, None]
+              + jw[None, None, None, :])
+    wk_w = wk_w[:, :, :, None]
+    # x code: row m·stride + chunk·DK + c·DK/4 + j (rows past M read row M - 1: never stored)
+    wk_x = _arange3(B, 0, XL)
+    xm = gl.minimum(pid_m * BM + _arange3(BM, 1, XL), M - 1)
+    jx = gl.arange(0, DK // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, X_LAYOUT))))
+    x_ptrs = (xq_ptr + (xm.to(gl.int64) * stride_xq + wk_x * DK + _arange3(4, 2, XL) * (DK // 4))[:, :, :, None]
+              + jx[None, None, None, :])
+    wk_x = wk_x[:, :, :, None]
+    # fp8 scales per chunk (b) and x row: x_scale[m, g], w_scale[row block, g]
+    wk_s = gl.arange(0, B, layout=gl.SliceLayout(1, SL))[:, None]  # [B, 1]
+    sm = gl.minimum(pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, SL)), M - 1)[None, :]  # [1, BM]
+    xs_ptrs = xs_ptr + sm * stride_xsm + wk_s * 0
+    ws_ptrs = ws_ptr + ((pid_n * BN) // GROUP) * stride_wsn + wk_s * 0
+
+    if FP8:
+        acc = gl.zeros([B, BN, BM], gl.float32, MMA)
+    else:
+        acc = gl.zeros([B, BN, BM], gl.int32, MMA)
+    # The first trip's weights need nothing from the quantization grid: issue them before waiting.
+    # (Issuing the second trip's too made both buffers loop-carried: ptxas then spilled at DK = 128.)
+    w0 = _load_w(0, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+    if WAIT_PRIOR:
+        _grid_wait()
+    x0, s0 = _load_x(0, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, B, DK, GROUP, stride_xsg, stride_wsg,
+                     FP8, EVEN)
+    # Two buffers, the loop unrolled by two: trip t + 1 is loaded before trip t is multiplied (an odd
+    # trip count runs one masked trip: zeros in, nothing added).
+    for t in range(0, TRIPS, 2):
+        w1 = _load_w(t + 1, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+        x1, s1 = _load_x(t + 1, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, B, DK, GROUP, stride_xsg,
+                         stride_wsg, FP8, EVEN)
+        acc = _chunk_product(acc, w0, x0, s0, MMA, FP8)
+        w0 = _load_w(t + 2, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+        x0, s0 = _load_x(t + 2, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, B, DK, GROUP, stride_xsg,
+                         stride_wsg, FP8, EVEN)
+        acc = _chunk_product(acc, w1, x1, s1, MMA, FP8)
+
+    y = gl.sum(acc, axis=0)  # [BN, BM]
+    YL: gl.constexpr = gl.SliceLayout(0, MMA)
+    offs_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
+    offs_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
+    n_mask = offs_n < N
+    m_mask = offs_m < M
+    if not FP8:  # (f32(Σ) · x_scale) · w_scale, as the family's other kernels round it
+        y = (y.to(gl.float32) * gl.load(xs_ptr + offs_m * stride_xsm, mask=m_mask, other=0.0)[None, :]
+             * gl.load(ws_ptr + offs_n, mask=n_mask, other=0.0)[:, None])
+    if HAS_BIAS:
+        y = y + gl.load(b_ptr + offs_n, mask=n_mask, other=0.0).to(gl.float32)[:, None]
+    ptrs = y_ptr + offs_m.to(gl.int64)[None, :] * stride_ym + offs_n[:, None]
+    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=n_mask[:, None] & m_mask[None, :])
+
+
+_decode8_fast = cached(_decode8_kernel)
+
+
+def config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, bm: int = 16) -> dict:
+    """The kernel's tiling: 16·MT·WM weight rows per program, WK·WM warps, DK-deep chunks (SUB per warp
+    and trip), at most BM (8 or 16) x rows per program (M = 16 with BM = 8: two programs per weight
+    tile, the second reading it from L2)."""
+    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm}
+
+
+def check_config(cfg: dict) -> None:
+    """Raise ValueError unless ``cfg`` is a well-formed decode config."""
+    def pow2(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
+
+    keys = ("MT", "WK", "WM", "DK", "SUB", "BM")
+    if any(k not in cfg for k in keys) or not all(pow2(cfg[k]) for k in keys) or cfg["DK"] not in (64, 128) \
+            or cfg["WK"] * cfg["WM"] > 16 or cfg["BM"] not in (8, 16):
+        # DK >= 64: each thread's slice of a chunk row is one or two 16-byte loads; BM: one or two n8 tiles
+        raise ValueError(f"decode config needs MT, WK, WM, SUB powers of two (WK·WM <= 16 warps), DK 64 or 128 "
+                         f"and BM 8 or 16: {cfg!r}")
+
+
+def rows_per_program(cfg: dict) -> int:
+    return 16 * int(cfg["MT"]) * int(cfg["WM"])
+
+
+def usable(x: torch.Tensor, weight_q: torch.Tensor, cfg: dict, group: int | None = None) -> bool:
+    """Whether the kernel takes an [M <= 16, K] problem on x's device with ``cfg`` (``group``: fp8's
+    scale block G, None for int8)."""
+    K = x.shape[1]
+    dk = int(cfg["DK"])
+    if group is not None and (group % dk or rows_per_program(cfg) > group):
+        return False
+    return (x.is_cuda and _is_sm90(x.device.index or 0) and x.shape[0] <= 16 and K % dk == 0
+            and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
+
+
+def out_with_workspace(M: int, N: int, dtype: torch.dtype, device, ws_bytes: int):
+    """(out [M, N] of ``dtype``, workspace of ``ws_bytes`` uint8, 16-byte aligned) from one allocation:
+    the output is its leading part, so the call allocates nothing but the output's block (which the
+    returned tensor keeps alive; at decode sizes the x codes and scales are a few hundred KB at most)."""
+    size = dtype.itemsize
+    out_bytes = ceil_div(M * N * size, 16) * 16
+    buf = torch.empty(ceil_div(out_bytes + ws_bytes, size), dtype=dtype, device=device)
+    return buf[:M * N].view(M, N), buf.view(torch.uint8)[out_bytes:out_bytes + ws_bytes]
+
+
+def launch(x_q, x_scale, stride_xsm, stride_xsg, weight_q, weight_scale, bias, out, cfg: dict, *,
+           fp8: bool, group: int = 1, pdl: bool = False) -> None:
+    """``out = x_q · weight_q^T`` scaled (module docstring) for M <= 16. ``x_q`` [M, K] codes with a row
+    stride that is a multiple of 16; fp8: ``weight_scale`` [ceil(N / G), K / G] and x scales at
+    ``x_scale[m·stride_xsm + g·stride_xsg]``; int8: ``weight_scale`` [N], x scales at
+    ``x_scale[m·stride_xsm]``. ``pdl``: launched as a programmatic dependent of the previous grid on
+    the stream (which must call ``griddepcontrol.launch_dependents`` or simply finish)."""
+    M, K = x_q.shape
+    N = weight_q.shape[0]
+    mt, wk, wm, dk, sub = (int(cfg[k]) for k in ("MT", "WK", "WM", "DK", "SUB"))
+    bm = 8 if M <= 8 else int(cfg["BM"])
+    chunks = K // dk
+    per_trip = wk * sub
+    bn = 16 * mt * wm
+    opts = dict(num_warps=wk * wm)
+    if not fp8:
+        opts["enable_fp_fusion"] = False  # the epilogue's roundings as the family's Triton kernels do
+    if pdl:
+        opts["launch_pdl"] = True
+    _decode8_fast[(ceil_div(N, bn) * ceil_div(M, bm),)](
+        x_q, x_scale, weight_q, weight_scale, bias if bias is not None else out, out, M, N, K, x_q.stride(0),
+        stride_xsm, stride_xsg, weight_scale.stride(0), weight_scale.stride(1) if fp8 else 0, out.stride(0),
+        chunks, ceil_div(chunks, per_trip),
+        FP8=fp8, GROUP=group, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, HAS_BIAS=bias is not None,
+        EVEN=chunks % (2 * per_trip) == 0, WAIT_PRIOR=pdl, W_LAYOUT=operand_layout(wk, wm, bn, dk, sub, True),
+        X_LAYOUT=operand_layout(wk, wm, bm, dk, sub, False), **opts)
