@@ -278,13 +278,28 @@ def _gemm_swap_kernel(
     stride_xm, stride_xsm, stride_xsk, stride_wn, stride_wsn, stride_wsk, stride_ym,
     BLOCK_W: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS: tl.constexpr,
     FUSE: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, UE8M0: tl.constexpr, ON_GPU: tl.constexpr,
-    W_EVICT: tl.constexpr = "",
+    W_EVICT: tl.constexpr = "", SPLIT_K: tl.constexpr = 1, k_span=1,
 ):
     """yᵀ[BLOCK_W, BLOCK_X] = W[BLOCK_W, K] · x[BLOCK_X, K]ᵀ; BLOCK_W divides b (one weight scale row).
 
     Program order is x-tile fastest, so the programs sharing a weight slice run together (one HBM read).
     EVEN_K: K is a multiple of the step BLOCK_K·GROUPS (no K masks). W_EVICT: the weight loads' L2
-    eviction policy ("evict_first" where one x tile covers M, so that each weight byte is read once)."""
+    eviction policy ("evict_first" where one x tile covers M, so that each weight byte is read once).
+    SPLIT_K > 1 (grid axis 1): split s multiplies K [s·k_span, (s + 1)·k_span), whole steps (the host makes
+    the splits even, so that EVEN_K holds in each) and stores its float32 partial sums, without bias,
+    at [s, M, N] of ``y_ptr`` (``_splitk_sum_kernel`` adds them). Its pointers start at its first
+    step, so the loop itself runs from 0 as in the unsplit kernel (and K stays a loop bound the
+    interpreter accepts)."""
+    if SPLIT_K == 1:
+        k_lim = K
+    else:  # this split's K range, as offsets from its first step (scalar bases: the tiles' pointers
+        # built from them fold into the loads' addressing as in the unsplit kernel)
+        k_lo = tl.program_id(1) * k_span
+        x_ptr += k_lo
+        w_ptr += k_lo
+        xs_ptr += (k_lo // BLOCK_K) * stride_xsk
+        ws_ptr += (k_lo // BLOCK_K) * stride_wsk
+        k_lim = tl.minimum(K - k_lo, k_span)
     pid = tl.program_id(0)
     num_x = tl.cdiv(M, BLOCK_X)
     pid_x = pid % num_x
@@ -306,20 +321,20 @@ def _gemm_swap_kernel(
     ws_next = ()
     xs_next = ()
     for g in tl.static_range(GROUPS):
-        ws_next = ws_next + (tl.load(ws_row + g * stride_wsk, mask=g * BLOCK_K < K, other=0.0),)
+        ws_next = ws_next + (tl.load(ws_row + g * stride_wsk, mask=g * BLOCK_K < k_lim, other=0.0),)
         if not FUSE:
-            xs_next = xs_next + (tl.load(xs_col + g * stride_xsk, mask=mask_x & (g * BLOCK_K < K), other=0.0),)
+            xs_next = xs_next + (tl.load(xs_col + g * stride_xsk, mask=mask_x & (g * BLOCK_K < k_lim), other=0.0),)
     acc = tl.zeros([BLOCK_W, BLOCK_X], dtype=tl.float32)
-    for k0 in range(0, K, STEP):
+    for k0 in range(0, K if SPLIT_K == 1 else k_span, STEP):
         ws_cur = ws_next
         xs_cur = xs_next
         ws_next = ()
         xs_next = ()
         for g in tl.static_range(GROUPS):
             kn = k0 + STEP + g * BLOCK_K
-            ws_next = ws_next + (tl.load(ws_row + (kn // BLOCK_K) * stride_wsk, mask=kn < K, other=0.0),)
+            ws_next = ws_next + (tl.load(ws_row + (kn // BLOCK_K) * stride_wsk, mask=kn < k_lim, other=0.0),)
             if not FUSE:
-                xs_next = xs_next + (tl.load(xs_col + (kn // BLOCK_K) * stride_xsk, mask=mask_x & (kn < K),
+                xs_next = xs_next + (tl.load(xs_col + (kn // BLOCK_K) * stride_xsk, mask=mask_x & (kn < k_lim),
                                              other=0.0),)
         for g in tl.static_range(GROUPS):
             kg = k0 + g * BLOCK_K
@@ -327,7 +342,7 @@ def _gemm_swap_kernel(
                 mask_a = mask_x[:, None]
                 mask_b = mask_w[:, None]
             else:
-                in_k = (kg + offs_kk < K)[None, :]
+                in_k = (kg + offs_kk < k_lim)[None, :]
                 mask_a = mask_x[:, None] & in_k
                 mask_b = mask_w[:, None] & in_k
             if FUSE:
@@ -342,8 +357,27 @@ def _gemm_swap_kernel(
 
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_w, mask=mask_w, other=0.0).to(tl.float32)[:, None]
+    if SPLIT_K > 1:
+        y_ptr += tl.program_id(1).to(tl.int64) * M * N
     y_ptrs = y_ptr + offs_x[None, :].to(tl.int64) * stride_ym + offs_w[:, None]
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask_w[:, None] & mask_x[None, :])
+
+
+@triton.jit
+def _splitk_sum_kernel(part_ptr, bias_ptr, y_ptr, M, N, stride_ym, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """y = Σ_s part[s] (+ bias) in y's dtype: the split-K partials [SPLIT, M, N] float32, summed in split order."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+    acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLIT):
+        acc += tl.load(part_ptr + s * M * N + offs, mask=mask, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + offs_n[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=mask)
 
 
 @triton.jit
@@ -476,6 +510,7 @@ _weight_quant_fast = cached(_weight_quant_kernel)
 _weight_dequant_fast = cached(_weight_dequant_kernel)
 _gemv_fast = cached(_gemv_kernel)
 _gemm_swap_fast = cached(_gemm_swap_kernel)
+_splitk_sum_fast = cached(_splitk_sum_kernel)
 _gemm_stream_fast = cached(_gemm_stream_kernel)
 _gemm_tiled_fast = cached(_gemm_tiled_kernel)
 
@@ -635,9 +670,14 @@ def _gemv(bw, groups, warps) -> dict:
             "num_stages": 1}
 
 
-def _swap(bw, bx, groups, warps, stages, fuse) -> dict:
-    return {"kernel": "swap", "BLOCK_W": bw, "BLOCK_X": bx, "GROUPS": groups, "fuse_act_quant": fuse,
-            "num_warps": warps, "num_stages": stages}
+def _swap(bw, bx, groups, warps, stages, fuse, split_k=1) -> dict:
+    """``split_k`` > 1 (quantized x only): the K steps split over that many programs per tile, float32
+    partials in a workspace, summed with the bias by a second kernel (optional key, 1 when absent)."""
+    cfg = {"kernel": "swap", "BLOCK_W": bw, "BLOCK_X": bx, "GROUPS": groups, "fuse_act_quant": fuse,
+           "num_warps": warps, "num_stages": stages}
+    if split_k > 1:
+        cfg["SPLIT_K"] = split_k
+    return cfg
 
 
 def _stream(bw, bx, warps, stages, fuse=True) -> dict:
@@ -694,6 +734,10 @@ def _check_config(config: dict, block_size: int) -> None:
             raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False) and "
                              f"PDL is a bool: {config!r}")
         return
+    split = config.get("SPLIT_K", 1)
+    if not (_pow2(split) and split <= 16) or (split > 1 and (kind != "swap" or config["fuse_act_quant"])):
+        raise ValueError(f"SPLIT_K must be a power of two <= 16, and > 1 only for the swap kernel on quantized "
+                         f"x (fuse_act_quant=False): {config!r}")
     stages = config["num_stages"]
     if not _pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"fp8_block config needs num_warps a power of two and num_stages ≥ 1: {config!r}")
@@ -711,6 +755,7 @@ def _check_config(config: dict, block_size: int) -> None:
                              f"BLOCK_X a power of two ≤ 256 and GROUPS a power of two ≤ 16: {config!r}")
         if kind == "gemv" and not config["fuse_act_quant"]:
             raise ValueError(f"the gemv kernel quantizes x itself (fuse_act_quant=True): {config!r}")
+
     else:
         bm, bn = config["BLOCK_M"], config["BLOCK_N"]
         if not (_pow2(bm) and bm >= 16 and _pow2(bn) and 16 <= bn <= block_size):
@@ -752,8 +797,8 @@ _GLUON_DECODE = [_decode(1, 4), _decode(1, 8), _decode(1, 4, dk=128), _decode(1,
                  _decode(1, 2, wm=4)]
 _DECODE_1 = [_stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(16, 1, 4, 3)] + _GLUON_DECODE[:2]
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _stream(32, 8, 4, 3)] + _GLUON_DECODE
-_MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 128, 1, 4, 4, False), _swap(64, 64, 1, 4, 4, False),
-        _tiled(64, 128, 4, 4, False)]
+_MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
+        _swap(64, 64, 2, 4, 3, False, split_k=4), _swap(64, 64, 1, 4, 4, False, split_k=4), _tiled(64, 128, 4, 4, False)]
 _LARGE = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 128, 8, 4, False),
           _tiled(64, 128, 4, 4, True), _tiled(64, 128, 4, 3, False), _tiled(128, 128, 8, 4, True, group_m=16),
           _cublas()]
@@ -798,15 +843,26 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         # (cp.async moves 4-16 bytes), so its L2 latency would stall every K block.
         bx = max(4, min(config["BLOCK_X"], triton.next_power_of_2(m)))
         groups = config["GROUPS"]
-        grid = (ceil_div(n, bw) * ceil_div(m, bx),)
-        _gemm_swap_fast[grid](
-            x, xs_arg, weight_q, weight_scale, bias_arg, y, m, n, _loop_bound(k),
+        tiles = ceil_div(n, bw) * ceil_div(m, bx)
+        steps = ceil_div(k, block_size * groups)
+        split = 1 if fuse else max(1, min(int(config.get("SPLIT_K", 1)), steps))
+        while steps % split:  # even splits: every program runs the same whole steps
+            split -= 1
+        k_steps = steps // split
+        out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=y.device)
+        kwargs = dict(SPLIT_K=split, k_span=_loop_bound(k_steps * block_size * groups)) if split > 1 else {}
+        _gemm_swap_fast[(tiles, split) if split > 1 else (tiles,)](
+            x, xs_arg, weight_q, weight_scale, bias_arg, out, m, n, _loop_bound(k),
             x.stride(0), stride_xsm, stride_xsk, weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1),
-            y.stride(0),
+            n if split > 1 else y.stride(0),
             BLOCK_W=bw, BLOCK_X=bx, BLOCK_K=block_size, GROUPS=groups, FUSE=fuse,
-            HAS_BIAS=has_bias, EVEN_K=k % (block_size * groups) == 0, UE8M0=ue8m0, ON_GPU=x.is_cuda,
+            HAS_BIAS=has_bias and split == 1, EVEN_K=k % (block_size * groups) == 0, UE8M0=ue8m0, ON_GPU=x.is_cuda,
             W_EVICT="evict_first" if m <= bx and x.is_cuda else "",
-            num_warps=config["num_warps"], num_stages=config["num_stages"])
+            num_warps=config["num_warps"], num_stages=config["num_stages"], **kwargs)
+        if split > 1:
+            _splitk_sum_fast[(ceil_div(m, 32), ceil_div(n, 128))](
+                out, bias_arg, y, m, n, y.stride(0), SPLIT=split, HAS_BIAS=has_bias, BLOCK_M=32, BLOCK_N=128,
+                num_warps=4)
         return y
     if config["kernel"] == "stream":
         bw = config["BLOCK_W"]

@@ -219,6 +219,20 @@ def test_default_dispatch_by_m(kernel_device, m):
     check_linear(x, weight_q, weight_scale, b, f"default config, M={m}")
 
 
+@pytest.mark.parametrize("split,groups", [(2, 1), (4, 1), (2, 2), (16, 1)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_swap_split_k(kernel_device, split, groups, dtype):
+    """The swap kernel with K split over programs: float32 partials summed with the bias by the second
+    kernel; uneven splits (K = 640: five 128-steps), a ragged last block (K = 600) and more splits than
+    steps (capped) all within the bound. ``gemm`` takes the same configs."""
+    for k in (640, 600):
+        x, _, weight_q, weight_scale, b = make_problem(33, 70, k, dtype, True, kernel_device)
+        config = fk._swap(32, 16, groups, 4, 2, False, split_k=split)
+        y = check_linear(x, weight_q, weight_scale, b, f"split {split} groups {groups} K={k}", config=config)
+        x_q, x_s = fk.quantize_act(x)
+        assert torch.equal(fk.gemm(x_q, x_s, weight_q, weight_scale, b, dtype, config=config), y)
+
+
 @pytest.mark.parametrize("variant", ["gemv", "swap-fused", "swap", "tiled"])
 def test_ue8m0_scales(kernel_device, variant):
     m = 3 if variant == "gemv" else 9
@@ -291,6 +305,12 @@ def test_bad_configs_are_rejected():
         fk._check_config(dict(fk._tiled(64, 128, 4, 3, False), fuse_act_quant=True), 128)
     with pytest.raises(ValueError, match="num_warps"):
         fk._check_config(dict(fk._swap(32, 16, 1, 4, 3, True), num_warps=6), 128)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        fk._check_config(fk._swap(64, 64, 1, 4, 3, True, split_k=2), 128)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        fk._check_config(fk._swap(64, 64, 1, 4, 3, False, split_k=3), 128)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        fk._check_config(dict(fk._stream(32, 8, 4, 3, False), SPLIT_K=2), 128)
 
 
 def test_launchers_reject_bad_inputs(kernel_device):
