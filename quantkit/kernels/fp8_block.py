@@ -795,7 +795,10 @@ def _fused_default(N: int) -> dict:
 # Gluon decode kernel: the output's allocation is the only one.
 _GLUON_DECODE = [_decode(1, 4), _decode(1, 8), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8), _decode(1, 4, wm=2, dk=128),
                  _decode(1, 2, wm=4)]
-_DECODE_1 = [_stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(16, 1, 4, 3)] + _GLUON_DECODE[:2]
+# M = 1 stays with the fused kernels: the decode kernel measured ~2 µs faster per layer with L2 flushed
+# (14336-wide shapes) but slower inside a CUDA-graph decode step, where x is hot in L2 and its quantization
+# kernel is one more grid to wait for (end to end b1 4.26 -> 4.63 ms; notes/fp8_block.md, round 7).
+_DECODE_1 = [_stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(16, 1, 4, 3)]
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _stream(32, 8, 4, 3)] + _GLUON_DECODE
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
         _swap(64, 64, 2, 4, 3, False, split_k=4), _swap(64, 64, 1, 4, 4, False, split_k=4), _tiled(64, 128, 4, 4, False)]
