@@ -26,8 +26,9 @@ Numerics. int8: the products and their int32 sums are exact (|sum| <= 127²·K <
 so the result is bit-identical to the other int8-dynamic kernels: y = (f32(Σ) · x_scale) · w_scale
 (+ bias), one rounding each, no fused multiply-add. fp8: ptxas runs the e4m3 mma on sm_90 as two f16
 HMMAs (every e4m3 value is exact in f16, products exact in f32); each chunk lies in one scale group
-(DK divides G), its f32 dot is scaled by x_scale · w_scale and accumulated (an FMA), as the Triton
-kernels of the family do.
+(DK divides G), and its f32 dot is scaled by x_scale · w_scale and added to the chunk slot's running
+sum (ptxas contracts it to an FMA). A group is thus scaled per DK-chunk and summed over WK·SUB slots:
+another order of float32 roundings than the family's Triton kernels, within the same bound (tests).
 
 Parallelism without split-K: a program owns BN = 16·MT·WM weight rows (one G-row scale block) and
 WK·WM warps; a trip covers WK·SUB chunks (the batch dimension of a 3-D mma; warp k takes chunks
@@ -35,8 +36,9 @@ k + WK·i), the WM warps split the rows, and the partial sums are added once at 
 loads are issued before the current one's mma (two register buffers, the loop unrolled by two); the
 weight loads are L1 evict-first (read once).
 
-Requirements (:func:`usable`): sm_90; K a multiple of DK (fp8: DK divides G, BN <= G); the weight
-contiguous and 16-byte aligned; the x codes' row stride a multiple of 16 (the workspace pads it).
+Requirements (:func:`usable`): sm_90; K a positive multiple of DK (fp8: DK divides G, BN <= G); the
+weight contiguous and 16-byte aligned. The x codes need a 16-byte aligned base and row stride (the
+families' workspace pads its rows to 16; ``fp8_block.gemm`` checks codes it is given).
 Rows past N re-read row N - 1, rows past M re-read row M - 1 (never stored); chunks past the last read
 as zeros (an odd trip count).
 """
@@ -244,10 +246,10 @@ def check_config(cfg: dict) -> None:
 
     keys = ("MT", "WK", "WM", "DK", "SUB", "BM")
     if any(k not in cfg for k in keys) or not all(pow2(cfg[k]) for k in keys) or cfg["DK"] not in (64, 128) \
-            or cfg["WK"] * cfg["WM"] > 16 or cfg["BM"] not in (8, 16):
+            or cfg["WK"] * cfg["WM"] > 16 or cfg["BM"] not in (8, 16) or cfg["MT"] > 4 or cfg["SUB"] > 4:
         # DK >= 64: each thread's slice of a chunk row is one or two 16-byte loads; BM: one or two n8 tiles
-        raise ValueError(f"decode config needs MT, WK, WM, SUB powers of two (WK·WM <= 16 warps), DK 64 or 128 "
-                         f"and BM 8 or 16: {cfg!r}")
+        raise ValueError(f"decode config needs MT, WK, WM, SUB powers of two (MT, SUB <= 4; WK·WM <= 16 warps), "
+                         f"DK 64 or 128 and BM 8 or 16: {cfg!r}")
 
 
 def rows_per_program(cfg: dict) -> int:
@@ -261,7 +263,7 @@ def usable(x: torch.Tensor, weight_q: torch.Tensor, cfg: dict, group: int | None
     dk = int(cfg["DK"])
     if group is not None and (group % dk or rows_per_program(cfg) > group):
         return False
-    return (x.is_cuda and _is_sm90(x.device.index or 0) and x.shape[0] <= 16 and K % dk == 0
+    return (x.is_cuda and _is_sm90(x.device.index or 0) and x.shape[0] <= 16 and K >= dk and K % dk == 0
             and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
 
 

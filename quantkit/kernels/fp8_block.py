@@ -52,8 +52,8 @@ Kernels
                             dependent of the quantization so that its first weight loads overlap it.
 
 Per call: the output; the separate-quantization path (``fuse_act_quant`` false, only for M > 16)
-also allocates the e4m3 codes and K-major scales of x from PyTorch's caching allocator — the one
-intermediate buffer, named here as the exception. The ``decode`` path keeps its codes and scales
+also allocates the e4m3 codes and K-major scales of x from PyTorch's caching allocator, and a
+split-K swap config its float32 partials — the intermediate buffers, named here as the exception. The ``decode`` path keeps its codes and scales
 behind the output, in the output's allocation. No host synchronization;
 every launch goes through :func:`quantkit.kernels.launch.cached`.
 
@@ -373,7 +373,7 @@ def _splitk_sum_kernel(part_ptr, bias_ptr, y_ptr, M, N, stride_ym, SPLIT: tl.con
     offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
     acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
     for s in tl.static_range(1, SPLIT):
-        acc += tl.load(part_ptr + s * M * N + offs, mask=mask, other=0.0)
+        acc += tl.load(part_ptr + s * M.to(tl.int64) * N + offs, mask=mask, other=0.0)
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + offs_m.to(tl.int64)[:, None] * stride_ym + offs_n[None, :], acc.to(y_ptr.dtype.element_ty),
@@ -782,6 +782,17 @@ def default_config(M: int, N: int, K: int) -> dict:
     return _tiled(128, 128, 8, 4, True)
 
 
+def _fit_block(config: dict, block_size: int) -> dict:
+    """A tuned or default config made valid for ``block_size`` (tables and defaults are chosen for
+    128-wide blocks; a weight tile takes one weight-scale row, so it is at most a block wide)."""
+    kind = config["kernel"]
+    if kind in ("gemv", "swap", "stream") and config["BLOCK_W"] > block_size:
+        return dict(config, BLOCK_W=block_size)
+    if kind == "tiled" and config["BLOCK_N"] > block_size:
+        return dict(config, BLOCK_N=block_size)
+    return config
+
+
 def _fused_default(N: int) -> dict:
     """2 ≤ M ≤ 16 in one launch. Each program re-quantizes its x rows, so wider weight tiles pay less
     of that per weight byte; 32 rows × 8 x rows keeps N / 16 programs at N = 4096. Wide layers have
@@ -929,7 +940,7 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     y = torch.empty(m, n, dtype=out_dtype, device=x_q.device)
     if m == 0 or n == 0:
         return y
-    config = config if config is not None else _tuned_config(x_q, m, n, k, None)
+    config = config if config is not None else _fit_block(_tuned_config(x_q, m, n, k, None), block_size)
     _check_config(config, block_size)
     if config["kernel"] == "gemv":  # it quantizes x itself; the same weight tiling through the MMA kernel
         config = _swap(config["BLOCK_W"], 1, config["GROUPS"], config["num_warps"], 4, False)
@@ -941,9 +952,9 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
             aq_decode_sm90.launch(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias,
                                   y, config, fp8=True, group=block_size)
             return y
-        config = _triton_gemm_config(m, n, k)
+        config = _triton_gemm_config(m, n, k, block_size)
     if config["kernel"] == "cublas":  # a choice for linear(), whose scales are laid out as cuBLAS wants
-        config = _triton_gemm_config(m, n, k)
+        config = _triton_gemm_config(m, n, k, block_size)
     return _run_gemm(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias, y,
                      block_size, config, False, False)
 
@@ -952,8 +963,9 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
            block_size: int = 128, scale_fmt: str | None = None, *, config: dict | None = None) -> torch.Tensor:
     """The Fp8BlockLinear forward on x [M, K]: quantize x per 1×b group, block-scaled GEMM, bias; y in x.dtype.
 
-    Fused configs (decode sizes) are one launch that allocates only y; the others quantize x first
-    into codes and K-major scales (allocated here) and run the GEMM on them."""
+    Fused configs are one launch that allocates only y; ``decode`` configs (M ≤ 16, sm_90) quantize x
+    into a workspace inside y's allocation and run the Gluon decode kernel; the others quantize x
+    first into codes and K-major scales (allocated here) and run the GEMM on them."""
     _check_block_size(block_size)
     ue8m0 = _check_scale_fmt(scale_fmt)
     _check_2d(x, "x", _FLOAT_DTYPES)
@@ -964,19 +976,19 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     if weight_q.device != x.device:
         raise ValueError(f"x is on {x.device} but weight_q on {weight_q.device}")
     if config is None:
-        config = _tuned_config(x, m, n, k, functools.partial(_bench_config, x, weight_q, weight_scale, bias,
-                                                          block_size, scale_fmt))
+        config = _fit_block(_tuned_config(x, m, n, k, functools.partial(_bench_config, x, weight_q, weight_scale,
+                                                                     bias, block_size, scale_fmt)), block_size)
     _check_config(config, block_size)
     if m == 0 or n == 0:
         return torch.empty(m, n, dtype=x.dtype, device=x.device)
     if config["kernel"] == "cublas" and not _cublas_usable(x, m, n, k, bias, block_size):
-        config = default_config(m, n, k)
+        config = _fit_block(default_config(m, n, k), block_size)
     if config["kernel"] == "decode":
         from quantkit.kernels import aq_decode_sm90
 
         if m <= 16 and aq_decode_sm90.usable(x, weight_q, config, block_size):
             return _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq_decode_sm90)
-        config = _fused_default(n) if 2 <= m <= 16 else default_config(m, n, k)
+        config = _fit_block(_fused_default(n) if 2 <= m <= 16 else default_config(m, n, k), block_size)
     if config["fuse_act_quant"]:
         y = torch.empty(m, n, dtype=x.dtype, device=x.device)
         return _run_gemm(x, None, 0, 0, weight_q, weight_scale, bias, y, block_size, config, True, ue8m0)
@@ -989,7 +1001,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         y = _try_cublas(x_q, x_s, weight_q, weight_scale, bias, x.dtype)
         if y is not None:
             return y
-        config = _triton_gemm_config(m, n, k)
+        config = _triton_gemm_config(m, n, k, block_size)
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0)
 
@@ -1003,7 +1015,7 @@ def _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, a
     out, ws = aq.out_with_workspace(m, weight_q.shape[0], x.dtype, x.device, m * kp + 4 * groups * m)
     x_q = ws[:m * kp].view(FP8_DTYPE).view(m, kp)[:, :k]
     x_s = ws[m * kp:].view(torch.float32).view(groups, m)
-    pdl = config["PDL"]
+    pdl = config["PDL"] and not _INTERPRET  # (the interpreted quantization kernel has no grid control)
     _launch_act_quant(x, x_q, x_s, 1, m, block_size, ue8m0, launch_dependents=pdl)
     aq.launch(x_q, x_s, 1, m, weight_q, weight_scale, bias, out, config, fp8=True, group=block_size, pdl=pdl)
     return out
@@ -1019,10 +1031,13 @@ def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, out_dtype):
         return None
 
 
-def _triton_gemm_config(m: int, n: int, k: int) -> dict:
-    """The Triton GEMM to run on activations already quantized where a ``cublas`` config cannot."""
+def _triton_gemm_config(m: int, n: int, k: int, block_size: int) -> dict:
+    """The Triton GEMM to run on activations already quantized where a ``cublas`` or ``decode`` config
+    cannot."""
     config = default_config(m, n, k)
-    return _swap(64, 64, 1, 4, 4, False) if config["fuse_act_quant"] or config["kernel"] == "decode" else config
+    if config["fuse_act_quant"] or config["kernel"] == "decode":
+        config = _swap(64, 64, 1, 4, 4, False)
+    return _fit_block(config, block_size)
 
 
 # Problems cuBLAS refused once (by (M, N, K, dtype)): not asked again.

@@ -925,7 +925,7 @@ def _decode_launch(x, weight_q, weight_scale, bias, config, aq) -> torch.Tensor:
     out, ws = aq.out_with_workspace(M, weight_q.shape[0], x.dtype, x.device, M * kp + 4 * M)
     codes = ws[:M * kp].view(torch.int8).view(M, kp)[:, :K]
     scales = ws[M * kp:].view(torch.float32)
-    pdl = config["PDL"]
+    pdl = config["PDL"] and _COMPILED  # (the interpreted quantization kernel has no grid control)
     _quant_rows_into(x, codes, kp, scales, 0, launch_dependents=pdl)
     aq.launch(codes, scales, 1, 0, weight_q, weight_scale, bias, out, config, fp8=False, pdl=pdl)
     return out

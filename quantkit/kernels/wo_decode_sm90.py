@@ -140,7 +140,9 @@ def word_layout(wk: int, wm: int, mt: int, wt: int, sub: int = 1) -> gl.Distribu
     reg = [[0, 0, 0, 1 << i] for i in range(_log2(wt))] + [[0, 8, 0, 0]]
     reg += [[0, 16 * wm << i, 0, 0] for i in range(_log2(mt))] + [[wk << i, 0, 0, 0] for i in range(_log2(sub))]
     lane = [[0, 0, 1, 0], [0, 0, 2, 0], [0, 1, 0, 0], [0, 2, 0, 0], [0, 4, 0, 0]]
-    warp = [[1 << i, 0, 0, 0] for i in range(_log2(wk))] + [[0, 16 << i, 0, 0] for i in range(_log2(wm))]
+    # warp ids as the mma layout numbers them: the WM row warps first, then the WK chunk warps (the other
+    # order makes the conversion to the mma operands a shared-memory round trip when WM > 1)
+    warp = [[0, 16 << i, 0, 0] for i in range(_log2(wm))] + [[1 << i, 0, 0, 0] for i in range(_log2(wk))]
     return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
                                       shape=[wk * sub, 16 * mt * wm, 4, wt])
 
@@ -155,7 +157,7 @@ def x_layout(wk: int, wm: int, dk: int, bm: int, sub: int = 1) -> gl.Distributed
     reg = [[0, 1 << i, 0] for i in range(_log2(dk // 8))] + ([[0, 0, 8]] if bm == 16 else [])
     reg += [[wk << i, 0, 0] for i in range(_log2(sub))]
     lane = [[0, dk // 8, 0], [0, dk // 4, 0], [0, 0, 1], [0, 0, 2], [0, 0, 4]]
-    warp = [[1 << i, 0, 0] for i in range(_log2(wk))] + [[0, 0, 0]] * _log2(wm)
+    warp = [[0, 0, 0]] * _log2(wm) + [[1 << i, 0, 0] for i in range(_log2(wk))]  # as in word_layout
     return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
                                       shape=[wk * sub, dk // 2, bm])
 

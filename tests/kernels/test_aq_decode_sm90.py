@@ -68,7 +68,8 @@ def test_bad_decode_configs_are_rejected():
     from quantkit.kernels.aq_decode_sm90 import check_config, config
 
     check_config(config(1, 4))
-    for bad in [dict(config(1, 4), DK=96), dict(config(1, 4), DK=32), dict(config(1, 4), WK=3), dict(config(1, 4), BM=4), dict(config(1, 16), WM=2),
+    for bad in [dict(config(1, 4), DK=96), dict(config(1, 4), DK=32), dict(config(1, 4), WK=3), dict(config(1, 4), BM=4),
+                dict(config(1, 4), MT=8), dict(config(1, 4), SUB=8), dict(config(1, 16), WM=2),
                 {"kernel": "decode", "MT": 1}]:
         with pytest.raises(ValueError, match="decode config"):
             check_config(bad)
@@ -224,8 +225,9 @@ def test_fp8_decode_matches_the_reference_gpu(dtype):
 @pytest.mark.gpu
 @needs_sm90
 def test_decode_edges_gpu():
-    """Strided x rows, a 64-wide fp8 block (and the fallback where the program's rows exceed it), ue8m0
-    scales, and the fp8 ``gemm`` entry point on codes quantized elsewhere."""
+    """Strided x rows, a 64-wide fp8 block (the kernel with 16 and 32 rows a program; the fallbacks
+    where DK or the program's rows exceed the block), ue8m0 scales, and the fp8 ``gemm`` entry point
+    on codes quantized elsewhere."""
     from tests.kernels.test_fp8_block import assert_gemm_close, check_linear, make_problem, reference32
     from tests.kernels.test_int8_dynamic import make_problem as make_int8
 
@@ -240,9 +242,10 @@ def test_decode_edges_gpu():
     check_linear(x, fq, fs, fb, "strided rows", config=fk._decode(1, 4))
 
     x64, _, wq64, ws64, b64 = make_problem(11, 200, 640, torch.bfloat16, True, "cuda", block=64)
-    assert _usable(x64, wq64, fk._decode(1, 4), 64) and not _usable(x64, wq64, fk._decode(1, 4, dk=128), 64)
-    assert not _usable(x64, wq64, fk._decode(2, 4), 32)
-    for cfg in (fk._decode(1, 4), fk._decode(1, 4, dk=128), fk._decode(2, 4)):
+    wide = fk._decode(4, 2, wm=2)  # 128 weight rows a program: more than one 64-row scale block
+    assert _usable(x64, wq64, fk._decode(1, 4), 64) and _usable(x64, wq64, fk._decode(2, 4), 64)
+    assert not _usable(x64, wq64, fk._decode(1, 4, dk=128), 64) and not _usable(x64, wq64, wide, 64)
+    for cfg in (fk._decode(1, 4), fk._decode(2, 4), fk._decode(1, 4, dk=128), wide):  # the last two fall back
         check_linear(x64, wq64, ws64, b64, f"block 64 {cfg}", config=cfg, block=64)
     xe, _, wqe, wse, _ = make_problem(4, 256, 512, torch.bfloat16, False, "cuda", scale_fmt="ue8m0")
     check_linear(xe, wqe, wse, None, "ue8m0", config=fk._decode(1, 8), scale_fmt="ue8m0")

@@ -219,18 +219,52 @@ def test_default_dispatch_by_m(kernel_device, m):
     check_linear(x, weight_q, weight_scale, b, f"default config, M={m}")
 
 
-@pytest.mark.parametrize("split,groups", [(2, 1), (4, 1), (2, 2), (16, 1)])
+@pytest.mark.parametrize("split,groups,k,want", [(2, 1, 1024, 2), (4, 1, 1000, 4), (2, 2, 2048, 2), (16, 1, 1024, 8),
+                                                 (2, 1, 640, 1)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_swap_split_k(kernel_device, split, groups, dtype):
-    """The swap kernel with K split over programs: float32 partials summed with the bias by the second
-    kernel; uneven splits (K = 640: five 128-steps), a ragged last block (K = 600) and more splits than
-    steps (capped) all within the bound. ``gemm`` takes the same configs."""
-    for k in (640, 600):
-        x, _, weight_q, weight_scale, b = make_problem(33, 70, k, dtype, True, kernel_device)
-        config = fk._swap(32, 16, groups, 4, 2, False, split_k=split)
-        y = check_linear(x, weight_q, weight_scale, b, f"split {split} groups {groups} K={k}", config=config)
-        x_q, x_s = fk.quantize_act(x)
-        assert torch.equal(fk.gemm(x_q, x_s, weight_q, weight_scale, b, dtype, config=config), y)
+def test_swap_split_k(kernel_device, monkeypatch, split, groups, k, want, dtype):
+    """The swap kernel with K split over programs: float32 partials summed with the bias by a second
+    kernel. The host splits the steps evenly: 8 steps into 2, 4 or (capped) 8 splits, a ragged last
+    block (K = 1000) in the last split, two blocks a step; 5 steps cannot split in 2 and run unsplit.
+    ``gemm`` takes the same configs."""
+    launched = []
+    real = fk._splitk_sum_fast
+
+    class Spy:  # records the split count of every partial-sum launch
+        def __getitem__(self, grid):
+            run = real[grid]
+
+            def launch(*args, **kwargs):
+                launched.append(kwargs["SPLIT"])
+                return run(*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(fk, "_splitk_sum_fast", Spy())
+    x, _, weight_q, weight_scale, b = make_problem(33, 70, k, dtype, True, kernel_device)
+    config = fk._swap(32, 16, groups, 4, 2, False, split_k=split)
+    y = check_linear(x, weight_q, weight_scale, b, f"split {split} groups {groups} K={k}", config=config)
+    assert launched == ([want] if want > 1 else []), launched
+    x_q, x_s = fk.quantize_act(x)
+    assert torch.equal(fk.gemm(x_q, x_s, weight_q, weight_scale, b, dtype, config=config), y)
+
+
+@pytest.mark.parametrize("block", [16, 32, 64])
+def test_default_and_decode_configs_fit_small_blocks(kernel_device, block):
+    """Tuned tables and defaults are chosen for 128-wide blocks; at smaller blocks the configs
+    ``linear`` and ``gemm`` pick themselves (and the fallbacks of a decode config the kernel cannot
+    take: b < DK) must keep every weight tile within one block's scale row: outputs against the
+    reference at every M branch."""
+    for m in (1, 4, 16, 40, 300):
+        x, _, weight_q, weight_scale, b = make_problem(m, 96, 256, torch.bfloat16, m % 2 == 0, kernel_device,
+                                                       block=block)
+        check_linear(x, weight_q, weight_scale, b, f"block {block} default M={m}", block=block)
+        check_linear(x, weight_q, weight_scale, b, f"block {block} decode M={m}", config=fk._decode(1, 4, dk=128),
+                     block=block)
+        x_q, x_s = fk.quantize_act(x, block)
+        ref, abs32 = reference32(x_q, x_s, weight_q, weight_scale, b, block)
+        for config in (None, fk._decode(1, 4, dk=128)):
+            y = fk.gemm(x_q, x_s, weight_q, weight_scale, b, torch.float32, block, config=config)
+            assert_gemm_close(y, ref, abs32, f"gemm block {block} M={m} {config}")
 
 
 @pytest.mark.parametrize("variant", ["gemv", "swap-fused", "swap", "tiled"])

@@ -191,6 +191,28 @@ def test_an_output_that_views_a_larger_allocation_is_replayed_as_that_view(monke
     assert call[13 + 2] == y_new.data_ptr() and call[13 + 1] == y_new.data_ptr() + 3 * 64
 
 
+@pytest.mark.parametrize("view", ["offset", "columns"])
+def test_output_views_keep_their_offset_and_strides(monkeypatch, view):
+    """A view at an element offset into the allocation, and a strided column slice: the replay
+    returns the same view of the new allocation (offset counted in elements, not bytes)."""
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+
+    def fn(x):
+        m = x.shape[0]
+        buf = torch.empty(8 + m * 16, dtype=x.dtype)
+        full = buf[8:].view(m, 16)
+        _launch(K1, (m,), [x, full])
+        return full if view == "offset" else full[:, :8]
+
+    y, plan = plan_mod._record(fn, torch.randn(3, 32), ())
+    assert isinstance(plan, plan_mod.Plan), plan
+    y_new = plan.replay(torch.randn(3, 32), ())
+    assert (y_new.shape, y_new.stride(), y_new.storage_offset()) == (y.shape, y.stride(), y.storage_offset())
+    assert y.storage_offset() == 8
+    # the kernel was handed the new allocation's view at the same element offset
+    assert K1.run.calls[-1][13 + 1] == y_new.data_ptr()
+
+
 @pytest.mark.parametrize("variant", ["torch_op", "other_dtype_view", "no_launch", "hook"])
 def test_calls_that_cannot_be_replayed_are_not_planned(variant):
     weight, scale, bias, flag = _args()

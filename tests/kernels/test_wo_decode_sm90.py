@@ -119,7 +119,8 @@ def _decode_candidates(module) -> list:
 
 def _decode_compile_jobs():
     """(config, BM, group (None: int8), dtype, bias, EVEN): every decode candidate of both formats at
-    the Llama shapes, and the first with 16 x rows, fp16, a bias, group 32 and 256, a ragged K."""
+    the Llama shapes, and the first with 16 x rows, fp16, a bias, group 32 and 256, a ragged K, and
+    one with two row warps per format."""
     from quantkit.kernels import int8_weight_only as k8
 
     cands = _decode_candidates(k4)
@@ -129,6 +130,8 @@ def _decode_compile_jobs():
     cands8 = _decode_candidates(k8)
     jobs += [(c, 8, None, "bf16", False, True) for c in cands8]
     jobs += [(cands8[0], 16, None, "fp16", True, False)]
+    # two row warps (no candidate uses them yet): the layouts must still be the mma fragments
+    jobs += [(k4._decode(1, 4, wm=2), 16, 128, "bf16", False, True), (k8._decode_config(1, 4, wm=2), 16, None, "bf16", False, True)]
     return jobs
 
 
