@@ -730,9 +730,8 @@ def _check_config(config: dict, block_size: int) -> None:
         from quantkit.kernels.aq_decode_sm90 import check_config
 
         check_config(config)
-        if config["fuse_act_quant"] or not isinstance(config["PDL"], bool):
-            raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False) and "
-                             f"PDL is a bool: {config!r}")
+        if config["fuse_act_quant"]:
+            raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False): {config!r}")
         return
     split = config.get("SPLIT_K", 1)
     if not (_pow2(split) and split <= 16) or (split > 1 and (kind != "swap" or config["fuse_act_quant"])):

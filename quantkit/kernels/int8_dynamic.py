@@ -615,8 +615,6 @@ def _check_config(config: dict) -> None:
         from quantkit.kernels.aq_decode_sm90 import check_config
 
         check_config(config)
-        if not isinstance(config["PDL"], bool):
-            raise ValueError(f"int8_dynamic decode config: PDL must be a bool, got {config!r}")
         return
     if kind == "stream":
         def pow2(v):
@@ -871,7 +869,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     if kind == "decode":
         from quantkit.kernels import aq_decode_sm90
 
-        if M <= 16 and K <= MAX_K and aq_decode_sm90.usable(x, weight_q, config):
+        if M <= 16 and aq_decode_sm90.usable(x, weight_q, config):  # (K <= MAX_K: _check_k)
             return _decode_launch(x, weight_q, weight_scale, bias, config, aq_decode_sm90)
         config = _fused_default(N) if 2 <= M <= 16 else default_config(M, N, K)
         kind = config["kernel"]
