@@ -269,16 +269,6 @@ def usable(x: torch.Tensor, weight_q: torch.Tensor, cfg: dict, group: int | None
             and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
 
 
-def out_with_workspace(M: int, N: int, dtype: torch.dtype, device, ws_bytes: int):
-    """(out [M, N] of ``dtype``, workspace of ``ws_bytes`` uint8, 16-byte aligned) from one allocation:
-    the output is its leading part, so the call allocates nothing but the output's block (which the
-    returned tensor keeps alive; at decode sizes the x codes and scales are a few hundred KB at most)."""
-    size = dtype.itemsize
-    out_bytes = ceil_div(M * N * size, 16) * 16
-    buf = torch.empty(ceil_div(out_bytes + ws_bytes, size), dtype=dtype, device=device)
-    return buf[:M * N].view(M, N), buf.view(torch.uint8)[out_bytes:out_bytes + ws_bytes]
-
-
 def launch(x_q, x_scale, stride_xsm, stride_xsg, weight_q, weight_scale, bias, out, cfg: dict, *,
            fp8: bool, group: int = 1, pdl: bool = False) -> None:
     """``out = x_q · weight_q^T`` scaled (module docstring) for M <= 16. ``x_q`` [M, K] codes with a row

@@ -78,9 +78,10 @@ import sys
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from quantkit.kernels.launch import cached
+from quantkit.kernels.workspace import out_with_workspace
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import AMAX_EPS, ceil_div
 
@@ -278,7 +279,8 @@ def _gemm_swap_kernel(
     stride_xm, stride_xsm, stride_xsk, stride_wn, stride_wsn, stride_wsk, stride_ym,
     BLOCK_W: tl.constexpr, BLOCK_X: tl.constexpr, BLOCK_K: tl.constexpr, GROUPS: tl.constexpr,
     FUSE: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr, UE8M0: tl.constexpr, ON_GPU: tl.constexpr,
-    W_EVICT: tl.constexpr = "", SPLIT_K: tl.constexpr = 1, k_span=1,
+    W_EVICT: tl.constexpr = "", SPLIT_K: tl.constexpr = 1, k_span=1, WAIT_PRIOR: tl.constexpr = False,
+    LAUNCH_DEPENDENTS: tl.constexpr = False,
 ):
     """yᵀ[BLOCK_W, BLOCK_X] = W[BLOCK_W, K] · x[BLOCK_X, K]ᵀ; BLOCK_W divides b (one weight scale row).
 
@@ -289,7 +291,11 @@ def _gemm_swap_kernel(
     the splits even, so that EVEN_K holds in each) and stores its float32 partial sums, without bias,
     at [s, M, N] of ``y_ptr`` (``_splitk_sum_kernel`` adds them). Its pointers start at its first
     step, so the loop itself runs from 0 as in the unsplit kernel (and K stays a loop bound the
-    interpreter accepts)."""
+    interpreter accepts). WAIT_PRIOR: launched as a programmatic dependent of the quantization (PDL),
+    it waits for that grid before any load; LAUNCH_DEPENDENTS: the split-K sum kernel may be scheduled
+    once this program's K loop is done."""
+    if WAIT_PRIOR:
+        gdc_wait()
     if SPLIT_K == 1:
         k_lim = K
     else:  # this split's K range, as offsets from its first step (scalar bases: the tiles' pointers
@@ -355,6 +361,8 @@ def _gemm_swap_kernel(
             p = tl.dot(w, tl.trans(xq))
             acc = tl.fma(p, (x_s * ws_cur[g])[None, :], acc)
 
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_w, mask=mask_w, other=0.0).to(tl.float32)[:, None]
     if SPLIT_K > 1:
@@ -365,8 +373,11 @@ def _gemm_swap_kernel(
 
 @triton.jit
 def _splitk_sum_kernel(part_ptr, bias_ptr, y_ptr, M, N, stride_ym, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """y = Σ_s part[s] (+ bias) in y's dtype: the split-K partials [SPLIT, M, N] float32, summed in split order."""
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WAIT_PRIOR: tl.constexpr = False):
+    """y = Σ_s part[s] (+ bias) in y's dtype: the split-K partials [SPLIT, M, N] float32, summed in split
+    order. WAIT_PRIOR: launched as a programmatic dependent of the GEMM, it waits for that grid first."""
+    if WAIT_PRIOR:
+        gdc_wait()
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
@@ -670,13 +681,18 @@ def _gemv(bw, groups, warps) -> dict:
             "num_stages": 1}
 
 
-def _swap(bw, bx, groups, warps, stages, fuse, split_k=1) -> dict:
+def _swap(bw, bx, groups, warps, stages, fuse, split_k=1, pdl=False) -> dict:
     """``split_k`` > 1 (quantized x only): the K steps split over that many programs per tile, float32
-    partials in a workspace, summed with the bias by a second kernel (optional key, 1 when absent)."""
+    partials in a workspace, summed with the bias by a second kernel (optional key, 1 when absent).
+    ``pdl`` (quantized x only, sm_90; optional key): the GEMM launched as a programmatic dependent of
+    the quantization kernel, the sum kernel as one of the GEMM — their launches overlap the grid
+    before them instead of following it."""
     cfg = {"kernel": "swap", "BLOCK_W": bw, "BLOCK_X": bx, "GROUPS": groups, "fuse_act_quant": fuse,
            "num_warps": warps, "num_stages": stages}
     if split_k > 1:
         cfg["SPLIT_K"] = split_k
+    if pdl:
+        cfg["PDL"] = True
     return cfg
 
 
@@ -733,6 +749,10 @@ def _check_config(config: dict, block_size: int) -> None:
         if config["fuse_act_quant"]:
             raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False): {config!r}")
         return
+    if kind != "decode" and ("PDL" in config and (kind != "swap" or config["fuse_act_quant"]
+                                                 or not isinstance(config["PDL"], bool))):
+        raise ValueError(f"PDL (a bool) is a key of the swap kernel on quantized x (fuse_act_quant=False): "
+                         f"{config!r}")
     split = config.get("SPLIT_K", 1)
     if not (_pow2(split) and split <= 16) or (split > 1 and (kind != "swap" or config["fuse_act_quant"])):
         raise ValueError(f"SPLIT_K must be a power of two <= 16, and > 1 only for the swap kernel on quantized "
@@ -810,8 +830,10 @@ _GLUON_DECODE = [_decode(1, 4), _decode(1, 8), _decode(1, 4, dk=128), _decode(1,
 # kernel is one more grid to wait for (end to end b1 4.26 -> 4.63 ms; notes/fp8_block.md, round 7).
 _DECODE_1 = [_stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(16, 1, 4, 3)]
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _stream(32, 8, 4, 3)] + _GLUON_DECODE
+# (round 7's one-group split-K 4 candidate never won a cell: its place went to the PDL variants)
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
-        _swap(64, 64, 2, 4, 3, False, split_k=4), _swap(64, 64, 1, 4, 4, False, split_k=4), _tiled(64, 128, 4, 4, False)]
+        _swap(64, 64, 2, 4, 3, False, split_k=4), _tiled(64, 128, 4, 4, False),
+        _swap(64, 64, 2, 4, 3, False, pdl=True), _swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True)]
 _LARGE = [_tiled(128, 128, 8, 4, True), _tiled(128, 128, 8, 3, True), _tiled(128, 128, 8, 4, False),
           _tiled(64, 128, 4, 4, True), _tiled(64, 128, 4, 3, False), _tiled(128, 128, 8, 4, True, group_m=16),
           _cublas()]
@@ -836,7 +858,11 @@ def make_bench_inputs(N: int, K: int, dtype=torch.bfloat16) -> tuple:
 
 
 # ---------------------------------------------------------------------------- GEMM launchers
-def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, block_size, config, fuse, ue8m0):
+def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, block_size, config, fuse, ue8m0,
+              pdl=False):
+    """The GEMM launches of ``config``. ``pdl`` (swap on quantized x): launched as a programmatic
+    dependent of the quantization kernel just launched (which called ``gdc_launch_dependents``), and
+    the split-K sum as one of the GEMM."""
     m, k = x.shape
     n = weight_q.shape[0]
     has_bias = bias is not None
@@ -864,6 +890,8 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         k_steps = steps // split
         out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=y.device)
         kwargs = dict(SPLIT_K=split, k_span=_loop_bound(k_steps * block_size * groups)) if split > 1 else {}
+        if pdl:
+            kwargs.update(WAIT_PRIOR=True, LAUNCH_DEPENDENTS=split > 1, launch_pdl=True)
         _gemm_swap_fast[(tiles, split) if split > 1 else (tiles,)](
             x, xs_arg, weight_q, weight_scale, bias_arg, out, m, n, _loop_bound(k),
             x.stride(0), stride_xsm, stride_xsk, weight_q.stride(0), weight_scale.stride(0), weight_scale.stride(1),
@@ -875,7 +903,7 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         if split > 1:
             _splitk_sum_fast[(ceil_div(m, 32), ceil_div(n, 128))](
                 out, bias_arg, y, m, n, y.stride(0), SPLIT=split, HAS_BIAS=has_bias, BLOCK_M=32, BLOCK_N=128,
-                num_warps=4)
+                num_warps=4, **(dict(WAIT_PRIOR=True, launch_pdl=True) if pdl else {}))
         return y
     if config["kernel"] == "stream":
         bw = config["BLOCK_W"]
@@ -995,14 +1023,16 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     # (and this is the layout cuBLAS asks for: x_s.t() is [M, K/b] with M-major strides).
     x_q = torch.empty(m, k, dtype=FP8_DTYPE, device=x.device)
     x_s = torch.empty(ceil_div(k, block_size), m, dtype=torch.float32, device=x.device)
-    _launch_act_quant(x, x_q, x_s, 1, m, block_size, ue8m0)
+    pdl = bool(config.get("PDL")) and config["kernel"] == "swap" and not _INTERPRET and x.is_cuda \
+        and _has_tma(x.device.index or 0)
+    _launch_act_quant(x, x_q, x_s, 1, m, block_size, ue8m0, launch_dependents=pdl)
     if config["kernel"] == "cublas":
         y = _try_cublas(x_q, x_s, weight_q, weight_scale, bias, x.dtype)
         if y is not None:
             return y
         config = _triton_gemm_config(m, n, k, block_size)
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0)
+    return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0, pdl)
 
 
 def _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq) -> torch.Tensor:
@@ -1011,7 +1041,7 @@ def _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, a
     m, k = x.shape
     kp = ceil_div(k, 16) * 16
     groups = ceil_div(k, block_size)
-    out, ws = aq.out_with_workspace(m, weight_q.shape[0], x.dtype, x.device, m * kp + 4 * groups * m)
+    out, ws = out_with_workspace(m, weight_q.shape[0], x.dtype, x.device, m * kp + 4 * groups * m)
     x_q = ws[:m * kp].view(FP8_DTYPE).view(m, kp)[:, :k]
     x_s = ws[m * kp:].view(torch.float32).view(groups, m)
     pdl = config["PDL"] and not _INTERPRET  # (the interpreted quantization kernel has no grid control)

@@ -614,14 +614,17 @@ def _dequant_mm(bn=32, bk=256, warps=4) -> dict:
     return {"kernel": "dequant_mm", "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps}
 
 
-def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8, persistent=False) -> dict:
+def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8, persistent=False, stream_k=False) -> dict:
     """The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, scales in x's 16-bit dtype):
     Y^T tiles with the dequantized weight as wgmma's register operand (``persistent``: one program per
-    SM looping over tiles). Elsewhere ``dequant_mm``."""
+    SM looping over tiles; ``stream_k``: persistent, the last partial wave split along K,
+    ``wo_gemm_sm90.stream_k_split``). Elsewhere ``dequant_mm``."""
     cfg = {"kernel": "tma_wgmma", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
            "num_warps": warps, "num_stages": stages}
-    if persistent:
+    if persistent or stream_k:
         cfg["PERSISTENT"] = True
+    if stream_k:
+        cfg["STREAM_K"] = True
     return cfg
 
 
@@ -718,7 +721,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
                 _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True)]
     return [_mma(128, 128, 64, 1, 8, 4, True), _dequant_mm(),
             _dequant_mm(16, 512, 4), _tma_wgmma(), _tma_wgmma(stages=6), _tma_wgmma(persistent=True),
-            _tma_wgmma(stages=6, persistent=True)]
+            _tma_wgmma(stages=6, persistent=True), _tma_wgmma(stream_k=True)]
 
 
 def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tuple:
@@ -889,9 +892,8 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
 
         if M > 0 and N > 0 and wo_gemm_sm90.usable_int4(x, weight_packed, weight_scale, group_size,
                                                           config["BLOCK_K"]):
-            y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-            wo_gemm_sm90.launch_int4(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
-            return y
+            return wo_gemm_sm90.launch_int4(x, weight_packed, weight_scale, weight_zero_point, bias, group_size,
+                                            config)
         config, kind = _dequant_mm(), "dequant_mm"  # where the Gluon kernel cannot run
     if kind == "dequant_mm" and M > 0 and N > 0:
         return _run_dequant_mm(x, weight_packed, weight_scale, weight_zero_point, bias, group_size, config)

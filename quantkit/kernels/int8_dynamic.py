@@ -79,6 +79,7 @@ from triton.language.extra import libdevice
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from quantkit.kernels.launch import cached
+from quantkit.kernels.workspace import out_with_workspace
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.kernels.tuning import get_config
 from quantkit.reference.common import AMAX_EPS, ceil_div
@@ -920,7 +921,7 @@ def _decode_launch(x, weight_q, weight_scale, bias, config, aq) -> torch.Tensor:
     allocation), then the decode kernel, launched while the quantization runs when ``PDL``."""
     M, K = x.shape
     kp = ceil_div(K, 16) * 16
-    out, ws = aq.out_with_workspace(M, weight_q.shape[0], x.dtype, x.device, M * kp + 4 * M)
+    out, ws = out_with_workspace(M, weight_q.shape[0], x.dtype, x.device, M * kp + 4 * M)
     codes = ws[:M * kp].view(torch.int8).view(M, kp)[:, :K]
     scales = ws[M * kp:].view(torch.float32)
     pdl = config["PDL"] and _COMPILED  # (the interpreted quantization kernel has no grid control)

@@ -376,14 +376,18 @@ def _mma_ss_config(block_m: int, block_n: int, block_k: int, warps: int, stages:
 
 
 def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stages: int, group: int = 8,
-                      persistent: bool = False) -> dict:
+                      persistent: bool = False, stream_k: bool = False) -> dict:
     """The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (sm_90, 16-bit x, K % 16 == 0): the
     converted weight as wgmma's register operand. ``persistent``: one program per SM looping over
-    tiles. Where it cannot run, the default config for the problem's M runs instead."""
+    tiles; ``stream_k`` (persistent): the last partial wave's tiles are split along K over every
+    program (``wo_gemm_sm90.stream_k_split``). Where it cannot run, the default config for the
+    problem's M runs instead."""
     cfg = {"kernel": "tma_wgmma", "BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group,
            "num_warps": warps, "num_stages": stages}
-    if persistent:
+    if persistent or stream_k:
         cfg["PERSISTENT"] = True
+    if stream_k:
+        cfg["STREAM_K"] = True
     return cfg
 
 
@@ -501,6 +505,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _tma_wgmma_config(256, 128, 64, 8, 5),
             _tma_wgmma_config(256, 128, 64, 8, 4, persistent=True),
             _tma_wgmma_config(256, 128, 64, 8, 5, persistent=True),
+            _tma_wgmma_config(256, 128, 64, 8, 4, stream_k=True),
+            _tma_wgmma_config(256, 128, 64, 8, 5, stream_k=True),
         ]
     if default not in cands:
         cands.insert(0, default)
@@ -568,9 +574,8 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
            *, config: dict | None = None) -> torch.Tensor:
     """``x`` [M, K] · int8 ``weight_q`` [N, K]^T · ``weight_scale`` [N] (+ ``bias``) -> [M, N] in x.dtype."""
     M, N, K = _check(x, weight_q, weight_scale, bias)
-    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0 or N == 0:
-        return out
+        return torch.empty((M, N), dtype=x.dtype, device=x.device)
     if config is None:
         if x.device.type == "cuda":
             config = tuning.get_config(FAMILY, M, N, K, module=sys.modules[__name__],
@@ -581,8 +586,8 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         from quantkit.kernels import wo_gemm_sm90
 
         if wo_gemm_sm90.usable(x, weight_q):
-            wo_gemm_sm90.launch(x, weight_q, weight_scale, bias, out, config)
-            return out
+            return wo_gemm_sm90.launch(x, weight_q, weight_scale, bias, config)
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if config.get("kernel") == "decode":
         from quantkit.kernels import wo_decode_sm90
 

@@ -29,6 +29,19 @@ A fragment. The K steps are rounded up to an even count (one zero-filled step at
 A program computes tiles program_id, program_id + nprog, ... (``PERSISTENT``: one program per SM);
 its steps are numbered across its tiles, so the ring runs on across tile boundaries.
 
+Stream-K (``STREAM_K``, persistent). When the tiles leave the last wave partly empty (448 tiles of
+256 x 128 on 132 SMs at 14336 x 4096, M = 1024: 3 waves and 52 tiles, a 0.39-full fourth wave), the
+whole waves run as plain tiles and the K steps of the remaining tiles are dealt out evenly, one range
+per program (:func:`stream_k_split`). A range is cut at tile boundaries into pieces; a tile split into
+pieces is combined by the program whose piece arrives last, counted by an atomic counter per tile
+(zeroed per call by a one-program kernel that the GEMM follows as a programmatic dependent). Pieces
+go through a float32 workspace in the output's allocation, except the tile's first piece: it ends its
+program's range, so it usually arrives last, finds the others counted and is summed from the idle
+ring's shared memory instead. The combining program adds the pieces in a fixed order, so the output
+does not depend on which program combined (runs are bit-identical). Never a spin-wait: no program
+waits for another to be scheduled. Measured (notes/int8_weight_only.md, round 8): the schedule alone
+would save ~27 µs of 189 at that shape; the pieces' stores, counting and combining give back ~20.
+
 The same kernel takes packed int4 weights (``INT4``, :func:`launch_int4`): tiles [BLOCK_N, BLOCK_K / 2]
 of bytes loaded in the layout whose two nibbles are exactly the A fragment's registers
 (:func:`packed_a_layout`), each byte converted with its group's zero-point and scale in one pass.
@@ -54,6 +67,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
+from quantkit.kernels.workspace import out_with_workspace, zero_int32
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div
 
@@ -161,17 +175,18 @@ def _tile_offsets(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROU
 
 
 @gluon.jit
-def _rs_refill(g, kk, off_m, off_n, noff_m, noff_n, total, num_k, x_desc, w_desc, x_ring, w_ring, ready, pred,
+def _rs_refill(g, kk, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, x_desc, w_desc, x_ring, w_ring, ready, pred,
                STAGES: gl.constexpr):
-    """Issue the TMA loads of this program's step g (nothing past its last one), which is K step kk
-    of the current tile (origin off_m, off_n) or, when kk >= num_k, K step kk - num_k of the next one
-    (noff_m, noff_n; the launcher keeps STAGES <= num_k + 1, so it is never further). The weight's
-    tile is BLOCK_K columns of int8 or BLOCK_K / 2 bytes of packed int4."""
+    """Issue the TMA loads of this program's step g (nothing past its last one), which is step kk of
+    the current unit (K steps kb .. kb + nk - 1 of the tile at off_m, off_n) or, when kk >= nk, step
+    kk - nk of the next unit (K steps from nkb of the tile at noff_m, noff_n; every unit is at least
+    STAGES - 1 steps long, so a refill never reaches further). The weight's tile is BLOCK_K columns
+    of int8 or BLOCK_K / 2 bytes of packed int4."""
     X_COLS: gl.constexpr = x_desc.block_type.shape[1]
     W_COLS: gl.constexpr = w_desc.block_type.shape[1]
     tile_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
-    nxt = kk >= num_k
-    k = gl.where(nxt, kk - num_k, kk)
+    nxt = kk >= nk
+    k = gl.where(nxt, nkb + kk - nk, kb + kk)
     om = gl.where(nxt, noff_m, off_m)
     on = gl.where(nxt, noff_n, off_n)
     s = g % STAGES
@@ -197,14 +212,14 @@ def _rs_group(k, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype: gl.constexpr, BLOCK_
 
 
 @gluon.jit
-def _rs_step(g, k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready, use_acc: gl.constexpr,
+def _rs_step(g, kc, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready, use_acc: gl.constexpr,
              a_layout: gl.constexpr, P_LAYOUT: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
              INT4: gl.constexpr):
-    """Global step g (K step k of its tile): load the next K step's zero-points and scales (int4: one
+    """Global step g (K step kc of its tile): load the next K step's zero-points and scales (int4: one
     step ahead of their use), wait for the ring slot, convert the weight tile into A registers, issue
     the wgmma. Returns (acc, a, zm', s')."""
     dtype: gl.constexpr = x_ring.dtype
-    zm_next, s_next = _rs_group(k + 1, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
+    zm_next, s_next = _rs_group(kc + 1, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
     st = g % STAGES
     mbarrier.wait(ready.index(st), (g // STAGES) & 1)
     if INT4:
@@ -216,26 +231,160 @@ def _rs_step(g, k, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_rin
 
 
 @gluon.jit
-def _rs_retire(g, k, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc, x_ring, w_ring, ready, pred,
-               STAGES: gl.constexpr):
-    """Wait until only step g's wgmma (K step k of the tile) is in flight; once every warpgroup
-    retired step g - 1 (the CTA barrier), its ring slot takes step g - 1 + STAGES."""
+def _rs_retire(g, k, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc, w_desc, x_ring, w_ring, ready,
+               pred, STAGES: gl.constexpr):
+    """Wait until only step g's wgmma (step k of its unit) is in flight; once every warpgroup retired
+    step g - 1 (the CTA barrier), its ring slot takes step g - 1 + STAGES."""
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
     gl.thread_barrier()
-    _rs_refill(g - 1 + STAGES, k - 1 + STAGES, off_m, off_n, noff_m, noff_n, total, num_k, x_desc, w_desc, x_ring,
-               w_ring, ready, pred, STAGES)
+    _rs_refill(g - 1 + STAGES, k - 1 + STAGES, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, x_desc, w_desc,
+               x_ring, w_ring, ready, pred, STAGES)
     return acc
 
 
 @gluon.jit
-def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GROUPS, stride_ym,
-                  INT4: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                  GROUP_SIZE: gl.constexpr, INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+def _unit(u, pid, nprog, n_dp, dp_tiles, sk_lo, sk_hi, num_k, STREAM_K: gl.constexpr):
+    """This program's unit of work u: (tile, first K step kb, K steps nk, first global step g0).
+    Units 0 .. n_dp - 1 are the whole tiles pid + u·nprog; with STREAM_K the next ones are the pieces,
+    cut at tile boundaries, of the program's range [sk_lo, sk_hi) of the stream-K steps (tile
+    dp_tiles + i's K step k is stream-K step i·num_k + k)."""
+    if STREAM_K:
+        st = sk_lo // num_k + (u - n_dp)
+        lo = gl.maximum(sk_lo, st * num_k)
+        hi = gl.minimum(sk_hi, st * num_k + num_k)
+        sk = u >= n_dp
+        tile = gl.where(sk, dp_tiles + st, pid + u * nprog)
+        kb = gl.where(sk, lo - st * num_k, 0)
+        nk = gl.where(sk, hi - lo, num_k)
+        g0 = gl.where(sk, n_dp * num_k + lo - sk_lo, u * num_k)
+        return tile, kb, nk, g0
+    else:
+        return pid + u * nprog, 0, num_k, u * num_k
+
+
+@gluon.jit
+def _grid_wait():
+    """Programmatic dependent launch: block until the previous grid (the counters' zeroing) has
+    completed and its writes are visible. A no-op when the launch was not programmatic."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+SK_MAX_PIECES = gl.constexpr(4)  # a stream-K tile is cut into at most this many pieces (stream_k_split)
+
+
+@gluon.jit
+def _sk_slot(p, start, sk_len):
+    """Workspace slot of program p's piece of the tile whose stream-K steps start at ``start``: 2·p for
+    the piece that begins p's range, 2·p + 1 for the one that ends it."""
+    return 2 * p + (p * sk_len < start).to(gl.int32)
+
+
+@gluon.jit
+def _sk_store_piece(acc, pid, st, num_k, sk_len, ws_ptr, cnt_ptr):
+    """Store this program's float32 piece of stream-K tile st (transposed, [BLOCK_M, BLOCK_N]: the
+    combining program reads it along N, coalesced) in its slot and count it in. Returns whether it
+    was the tile's last piece to arrive (this program then combines them all, its own from the slot)."""
+    BLOCK_N: gl.constexpr = acc.shape[0]
+    BLOCK_M: gl.constexpr = acc.shape[1]
+    layout: gl.constexpr = acc.type.layout
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
+    start = st * num_k
+    slot = _sk_slot(pid, start, sk_len)
+    gl.store(ws_ptr + slot.to(gl.int64) * (BLOCK_N * BLOCK_M) + cols[None, :] * BLOCK_N + rows[:, None], acc)
+    # Every thread's stores are issued before the one thread's release (CTA barrier, then the
+    # gpu-scope acq_rel atomic); the counter's acquire orders the combining loads after the other
+    # programs' releases.
+    gl.thread_barrier()
+    arrived = gl.atomic_add(cnt_ptr + st, 1, sem="acq_rel", scope="gpu")
+    return arrived == (start + num_k - 1) // sk_len - start // sk_len
+
+
+@gluon.jit
+def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
+               sk_len, HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, MAX_PIECES: gl.constexpr, num_warps: gl.constexpr):
+    """The tile's output from its pieces: per CHUNK x rows, every piece's float32 block is loaded at
+    once (MAX_PIECES masked loads in flight, 16-byte along N; ``use_own``: this program's piece, the
+    tile's first, from the shared buffer ``own`` [BLOCK_M, BLOCK_N] instead of its slot) and summed in
+    piece order — the same float32 sum whichever program combines, so runs are bit-identical — then
+    scaled, biased, rounded once and stored along y's rows (as :func:`_store_tile_transposed`)."""
+    CHUNK: gl.constexpr = 64
+    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32 * 4 // BLOCK_N, BLOCK_N // 4],
+                                            warps_per_cta=[num_warps, 1], order=[1, 0])
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    n_ok = offs_n < N
+    if HAS_SCALE:
+        sc = gl.load(scale_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)
+    if HAS_BIAS:
+        bi = gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)
+    start = st * num_k
+    first = start // sk_len
+    last = (start + num_k - 1) // sk_len
+    tile_off = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))[:, None] * BLOCK_N \
+        + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))[None, :]
+    for c in gl.static_range(0, BLOCK_M, CHUNK):
+        if use_own:
+            y = own.slice(c, CHUNK).load(layout)
+        else:
+            y = gl.zeros((CHUNK, BLOCK_N), gl.float32, layout)
+        for i in gl.static_range(MAX_PIECES):
+            p = first + i
+            slot = _sk_slot(p, start, sk_len).to(gl.int64)
+            y += gl.load(ws_ptr + slot * (BLOCK_N * BLOCK_M) + c * BLOCK_N + tile_off,
+                         mask=(p <= last) & ((p != pid) | (not use_own)), other=0.0, cache_modifier=".cg")
+        if HAS_SCALE:
+            y = y * sc[None, :]
+        if HAS_BIAS:
+            y = y + bi[None, :]
+        offs_m = off_m + c + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))
+        ptrs = y_ptr + offs_m.to(gl.int64)[:, None] * stride_ym + offs_n[None, :]
+        gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & n_ok[None, :])
+
+
+@gluon.jit
+def _sk_piece(acc, pid, st, num_k, sk_len, x_ring, scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym,
+              off_m, off_n, HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, MAX_PIECES: gl.constexpr,
+              num_warps: gl.constexpr):
+    """A stream-K piece of tile st (its sum in ``acc``). The tile's first piece ends its program's range,
+    so it is usually the last to finish: when its program finds every other piece counted in, the
+    piece is not stored at all — the sum goes to the ring's shared memory (idle after a program's last
+    step) and this program combines at once. Otherwise the piece is stored and counted, and the last
+    to arrive combines (:func:`_sk_store_piece`)."""
+    BLOCK_N: gl.constexpr = acc.shape[0]
+    BLOCK_M: gl.constexpr = acc.shape[1]
+    # the x ring (16-bit) can hold the float32 sum: STAGES x BLOCK_K x 2 bytes >= BLOCK_N x 4
+    OWN_FITS: gl.constexpr = x_ring.numel * 2 >= BLOCK_N * BLOCK_M * 4
+    start = st * num_k
+    first = start // sk_len
+    _grid_wait()  # the counters were zeroed by the previous grid
+    seen = gl.atomic_add(cnt_ptr + st, 0, sem="acquire", scope="gpu")
+    if OWN_FITS and (pid == first) & (seen == (start + num_k - 1) // sk_len - first):
+        # the ring is idle (the program's last unit); [BLOCK_M, BLOCK_N], N contiguous: the combine's
+        # 16-byte reads along N are free of bank conflicts
+        own = x_ring._reinterpret(gl.float32, [BLOCK_M, BLOCK_N],
+                                  gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
+        own.store(gl.permute(acc, (1, 0)))
+        gl.thread_barrier()
+        _sk_finish(own, True, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
+                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, MAX_PIECES, num_warps)
+    elif _sk_store_piece(acc, pid, st, num_k, sk_len, ws_ptr, cnt_ptr):
+        _sk_finish(x_ring, False, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
+                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, MAX_PIECES, num_warps)
+
+
+@gluon.jit
+def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, GROUPS, stride_ym,
+                  DP_TILES, SK_TILES, SK_LEN, INT4: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
+                  STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr, INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr,
+                  STREAM_K: gl.constexpr, num_warps: gl.constexpr):
     """The register-operand kernel (module docstring), int8 or packed int4 (INT4: [BLOCK_N, BLOCK_K / 2]
     byte tiles; the group's zero-point and scale applied in the conversion, GROUP_SIZE a multiple of
     BLOCK_K so that a step sees one group). A program computes tiles program_id, program_id + nprog,
-    ... (persistent when the grid is smaller than the tile count): its TMA ring runs on across tile
-    boundaries, so the next tile's first loads are in flight during this tile's last steps and store."""
+    ... < DP_TILES (persistent when the grid is smaller than the tile count), then (STREAM_K) its
+    range of SK_LEN steps of the last SK_TILES tiles' K steps (module docstring, "Stream-K"). Its
+    steps are numbered across its units: the TMA ring runs on across their boundaries, so the next
+    unit's first loads are in flight during this unit's last steps and store."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -243,65 +392,86 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, M, N, K, GR
 
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    my_tiles = (gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N) - pid + nprog - 1) // nprog
     num_k = gl.cdiv(K, 2 * BLOCK_K) * 2  # even (the loop is unrolled by two); TMA zero-fills a step past K
-    total = my_tiles * num_k
+    n_dp = (DP_TILES - pid + nprog - 1) // nprog
+    if STREAM_K:
+        sk_lo = gl.minimum(pid * SK_LEN, SK_TILES * num_k)
+        sk_hi = gl.minimum(sk_lo + SK_LEN, SK_TILES * num_k)
+        n_units = n_dp + gl.where(sk_lo < sk_hi, (sk_hi - 1) // num_k - sk_lo // num_k + 1, 0)
+        total = n_dp * num_k + sk_hi - sk_lo
+    else:
+        sk_lo = 0
+        sk_hi = 0
+        n_units = n_dp
+        total = n_dp * num_k
 
     x_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
     w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    off_m, off_n = _tile_offsets(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    noff_m, noff_n = _tile_offsets(pid + nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    tile, kb, nk, g0 = _unit(0, pid, nprog, n_dp, DP_TILES, sk_lo, sk_hi, num_k, STREAM_K)
+    ntile, nkb, nnk, ng0 = _unit(1, pid, nprog, n_dp, DP_TILES, sk_lo, sk_hi, num_k, STREAM_K)
+    off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    noff_m, noff_n = _tile_offsets(ntile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     for i in gl.static_range(STAGES):
-        _rs_refill(i, i, off_m, off_n, noff_m, noff_n, total, num_k, x_desc, w_desc, x_ring, w_ring, ready, True,
-                   STAGES)
+        _rs_refill(i, i, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, x_desc, w_desc, x_ring, w_ring, ready,
+                   True, STAGES)
 
     # Y^T [BLOCK_N, BLOCK_M]: the warps split the weight rows (64 per warpgroup per instruction),
     # each wgmma covers INSTR_N x rows.
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, INSTR_N, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=2)
-    for t in range(my_tiles):
-        off_m, off_n = _tile_offsets(pid + t * nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        # The next tile's origin, for refills that run past this tile's last K step (computed once
-        # per tile: the tile order's integer divisions cost ~100 instructions).
-        noff_m, noff_n = _tile_offsets(pid + (t + 1) * nprog, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    for u in range(n_units):
+        tile, kb, nk, g0 = _unit(u, pid, nprog, n_dp, DP_TILES, sk_lo, sk_hi, num_k, STREAM_K)
+        off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        # The next unit's origin, for refills that run past this unit's last step (computed once per
+        # unit: the tile order's integer divisions cost ~100 instructions).
+        ntile, nkb, nnk, ng0 = _unit(u + 1, pid, nprog, n_dp, DP_TILES, sk_lo, sk_hi, num_k, STREAM_K)
+        noff_m, noff_n = _tile_offsets(ntile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         if INT4:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
         else:
             offs_n = off_n
-        zm, s = _rs_group(0, scale_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE, INT4)
-        g0 = t * num_k
+        zm, s = _rs_group(kb, scale_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE, INT4)
         acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
-        # K step 0 with use_acc=False: the accumulator entering the loop is defined by a wgmma (C7515).
-        # Its retire refills the slot of the previous tile's last step (the first tile's slots were
-        # all filled above, so not on the first tile).
-        acc, a0, zm, s = _rs_step(g0, 0, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
+        # The unit's first step with use_acc=False: the accumulator entering the loop is defined by a
+        # wgmma (C7515). Its retire refills the slot of the previous unit's last step (the first
+        # unit's slots were all filled above, so not in the first unit).
+        acc, a0, zm, s = _rs_step(g0, kb, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
                                   False, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
-        acc = _rs_retire(g0, 0, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc, x_ring, w_ring,
-                         ready, t > 0, STAGES)
+        acc = _rs_retire(g0, 0, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc, w_desc, x_ring,
+                         w_ring, ready, u > 0, STAGES)
         # Two steps per trip, each with its own A registers (a1, a0): a step's conversion never
-        # writes the registers of the wgmma still in flight.
-        for k in range(1, num_k - 1, 2):
-            acc, a1, zm, s = _rs_step(g0 + k, k, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring,
-                                      ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
-            acc = _rs_retire(g0 + k, k, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc, x_ring,
-                             w_ring, ready, True, STAGES)
-            acc, a0, zm, s = _rs_step(g0 + k + 1, k + 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring,
+        # writes the registers of the wgmma still in flight. Units are an even number of steps.
+        for k in range(1, nk - 1, 2):
+            acc, a1, zm, s = _rs_step(g0 + k, kb + k, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring,
                                       w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
-            acc = _rs_retire(g0 + k + 1, k + 1, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc,
+            acc = _rs_retire(g0 + k, k, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc, w_desc,
                              x_ring, w_ring, ready, True, STAGES)
-        acc, a1, zm, s = _rs_step(g0 + num_k - 1, num_k - 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS,
+            acc, a0, zm, s = _rs_step(g0 + k + 1, kb + k + 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS,
+                                      x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+            acc = _rs_retire(g0 + k + 1, k + 1, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc,
+                             w_desc, x_ring, w_ring, ready, True, STAGES)
+        acc, a1, zm, s = _rs_step(g0 + nk - 1, kb + nk - 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS,
                                   x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
         # Every step but the program's first refills the slot of the step before it, the last step of
-        # a tile included (the next tile's loads): each step is loaded exactly once.
-        acc = _rs_retire(g0 + num_k - 1, num_k - 1, off_m, off_n, noff_m, noff_n, total, num_k, acc, x_desc, w_desc,
-                         x_ring, w_ring, ready, True, STAGES)
+        # a unit included (the next unit's loads): each step is loaded exactly once.
+        acc = _rs_retire(g0 + nk - 1, nk - 1, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc,
+                         w_desc, x_ring, w_ring, ready, True, STAGES)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS,
-                               BLOCK_M, BLOCK_N, num_warps)
+        if STREAM_K:
+            whole = nk == num_k
+            if whole:
+                _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4,
+                                       HAS_BIAS, BLOCK_M, BLOCK_N, num_warps)
+            else:
+                _sk_piece(acc, pid, tile - DP_TILES, num_k, SK_LEN, x_ring, scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
+                          M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS, SK_MAX_PIECES, num_warps)
+        else:
+            _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS,
+                                   BLOCK_M, BLOCK_N, num_warps)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
@@ -356,16 +526,17 @@ def descriptors(x: torch.Tensor, weight_q: torch.Tensor, block_m: int, block_n: 
             TensorDescriptor(weight_q, list(weight_q.shape), list(weight_q.stride()), [block_n, block_k], w_layout))
 
 
-def launch(x, weight_q, weight_scale, bias, out, cfg: dict) -> None:
-    """One launch of the kernel for ``out = x @ weight_q^T * weight_scale (+ bias)``, through
-    :func:`quantkit.kernels.launch.cached` (Triton's own launch path costs this kernel 100-500 µs of
-    host time, more than its GPU time at M = 1024). Launch plans replay it like any other launch: the
-    host TMA descriptors are rebuilt there on the new addresses (quantkit.kernels.plan)."""
+def launch(x, weight_q, weight_scale, bias, cfg: dict) -> torch.Tensor:
+    """``x @ weight_q^T * weight_scale (+ bias)`` in one launch of the kernel (two with stream-K: the
+    counters' zeroing first), through :func:`quantkit.kernels.launch.cached` (Triton's own launch path
+    costs this kernel 100-500 µs of host time, more than its GPU time at M = 1024). Launch plans
+    replay it like any other launch: the host TMA descriptors are rebuilt there on the new addresses
+    (quantkit.kernels.plan). Returns the output, [M, N] in x.dtype."""
     M, K = x.shape
     N = weight_q.shape[0]
     bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
     x_desc, w_desc = descriptors(x, weight_q, bm, bn, bk)
-    _launch_rs(x_desc, w_desc, weight_scale, None, bias, out, M, N, K, 1, bk, cfg)
+    return _launch_rs(x, x_desc, w_desc, weight_scale, None, bias, M, N, K, 1, bk, cfg)
 
 
 @functools.lru_cache(maxsize=None)
@@ -373,23 +544,70 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _launch_rs(x_desc, w_desc, scale, zero, bias, out, M, N, K, groups: int, group_size: int, cfg: dict) -> None:
+def _ring_stages(cfg: dict, num_k: int) -> int:
+    return min(int(cfg["num_stages"]), num_k + 1)  # a refill reaches at most into the next unit
+
+
+def stream_k_split(M: int, N: int, K: int, cfg: dict, num_sms: int) -> tuple[int, int, int] | None:
+    """(dp_tiles, sk_tiles, sk_len) when ``cfg`` asks for stream-K (``STREAM_K``, persistent) and the
+    tiles leave the last wave partly empty: the first dp_tiles tiles (whole waves) are computed whole,
+    and the K steps of the last sk_tiles tiles are dealt out in ranges of sk_len steps, one per
+    program. sk_len is a multiple of the smallest even q >= STAGES - 1 that divides the K steps, so
+    every piece of a range is at least STAGES - 1 steps (a refill never skips a unit) and even (the
+    loop is unrolled by two); and at least num_k / (SK_MAX_PIECES - 1), so that a tile is cut into at
+    most SK_MAX_PIECES pieces (the combining program loads them all at once). None: plain persistent
+    tiles."""
+    if not (cfg.get("STREAM_K") and cfg.get("PERSISTENT")):
+        return None
+    tiles = ceil_div(M, int(cfg["BLOCK_M"])) * ceil_div(N, int(cfg["BLOCK_N"]))
+    sk_tiles = tiles % num_sms
+    if tiles <= num_sms or sk_tiles == 0:
+        return None
+    num_k = 2 * ceil_div(K, 2 * int(cfg["BLOCK_K"]))
+    q = max(2, _ring_stages(cfg, num_k) - 1)
+    q += q % 2
+    while num_k % q:
+        q += 2
+    # ranges of at least num_k / (MAX - 1) steps: a tile's num_k steps meet at most MAX of them
+    least = max(ceil_div(sk_tiles * num_k, num_sms), ceil_div(num_k, SK_MAX_PIECES.value - 1))
+    return tiles - sk_tiles, sk_tiles, q * ceil_div(least, q)
+
+
+def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group_size: int, cfg: dict):
     """The register-operand kernel; ``zero`` None: int8 weights (per-channel scale in the epilogue),
     else packed int4 (group-wise zero-point and scale in the conversion). ``PERSISTENT``: one program
-    per SM, each looping over its tiles."""
+    per SM, each looping over its tiles; ``STREAM_K`` (:func:`stream_k_split`): the output's allocation
+    also holds the pieces' float32 sums (two slots of BLOCK_N x BLOCK_M per program) and the tiles'
+    arrival counters, which a one-program kernel zeroes first; the GEMM is launched as its programmatic
+    dependent and waits for it (``griddepcontrol.wait``) only before its first count."""
     bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
     bk = x_desc.block_shape[1]
     warps = int(cfg["num_warps"])
     int4 = zero is not None
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
-    grid = (min(tiles, _num_sms(out.device.index or 0)) if cfg.get("PERSISTENT") else tiles,)
+    sms = _num_sms(x.device.index or 0)
+    split = stream_k_split(M, N, K, cfg, sms) if cfg.get("PERSISTENT") else None
+    grid = (min(tiles, sms) if cfg.get("PERSISTENT") else tiles,)
     num_k = 2 * ceil_div(K, 2 * bk)
-    stages = min(int(cfg["num_stages"]), num_k + 1)  # a refill reaches at most into the next tile
+    opts = {}
+    if split is None:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        ws = cnt = out
+        dp_tiles, sk_tiles, sk_len = tiles, 0, 0
+    else:
+        dp_tiles, sk_tiles, sk_len = split
+        slots = 2 * grid[0] * bn * bm * 4
+        out, work = out_with_workspace(M, N, x.dtype, x.device, slots + 4 * sk_tiles)
+        ws, cnt = work[:slots].view(torch.float32), work[slots:].view(torch.int32)
+        zero_int32(cnt)
+        opts["launch_pdl"] = True
     _wo_rs_fast[grid](x_desc, w_desc, scale, zero if int4 else scale, bias if bias is not None else scale, out,
-                      M, N, K, groups, out.stride(0), INT4=int4, HAS_BIAS=bias is not None,
-                      GROUP_M=int(cfg.get("GROUP_M", 8)), STAGES=stages, GROUP_SIZE=group_size,
-                      INSTR_N=min(bm, 256), P_LAYOUT=packed_a_layout(bn, bk, warps) if int4 else None,
-                      num_warps=warps)
+                      ws, cnt, M, N, K, groups, out.stride(0), dp_tiles, sk_tiles, sk_len,
+                      INT4=int4, HAS_BIAS=bias is not None, GROUP_M=int(cfg.get("GROUP_M", 8)),
+                      STAGES=_ring_stages(cfg, num_k), GROUP_SIZE=group_size, INSTR_N=min(bm, 256),
+                      P_LAYOUT=packed_a_layout(bn, bk, warps) if int4 else None, STREAM_K=split is not None,
+                      num_warps=warps, **opts)
+    return out
 
 
 def usable_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group_size: int, block_k: int) -> bool:
@@ -401,9 +619,9 @@ def usable_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, grou
     return usable(x, packed) and scale.dtype == x.dtype and bk >= 32 and group_size % bk == 0
 
 
-def launch_int4(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:
-    """One launch of the int4 kernel for ``out = x @ dequant(packed, scale, zero)^T (+ bias)`` (the
-    weight rounded once to x.dtype, as the reference's); see :func:`launch` for the host side."""
+def launch_int4(x, packed, scale, zero, bias, group_size: int, cfg: dict) -> torch.Tensor:
+    """``x @ dequant(packed, scale, zero)^T (+ bias)`` by the int4 kernel (the weight rounded once to
+    x.dtype, as the reference's); see :func:`launch` for the host side. Returns the output."""
     M, K = x.shape
     N = packed.shape[0]
     bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
@@ -412,4 +630,4 @@ def launch_int4(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -
     x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bk], _smem_layout(bm, bk, _GL_DTYPES[x.dtype]))
     w_desc = TensorDescriptor(packed, list(packed.shape), list(packed.stride()), [bn, bk // 2],
                               _smem_layout(bn, bk // 2, gl.uint8))
-    _launch_rs(x_desc, w_desc, scale, zero, bias, out, M, N, K, scale.shape[1], group_size, cfg)
+    return _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, scale.shape[1], group_size, cfg)

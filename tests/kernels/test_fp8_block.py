@@ -345,6 +345,12 @@ def test_bad_configs_are_rejected():
         fk._check_config(fk._swap(64, 64, 1, 4, 3, False, split_k=3), 128)
     with pytest.raises(ValueError, match="SPLIT_K"):
         fk._check_config(dict(fk._stream(32, 8, 4, 3, False), SPLIT_K=2), 128)
+    with pytest.raises(ValueError, match="PDL"):
+        fk._check_config(fk._swap(64, 16, 2, 4, 4, True, pdl=True), 128)  # fused: no grid before it
+    with pytest.raises(ValueError, match="PDL"):
+        fk._check_config(dict(fk._swap(64, 64, 2, 4, 3, False), PDL=1), 128)
+    with pytest.raises(ValueError, match="PDL"):
+        fk._check_config(dict(fk._tiled(64, 128, 4, 3, False), PDL=True), 128)
 
 
 def test_launchers_reject_bad_inputs(kernel_device):
@@ -492,6 +498,8 @@ GPU_EDGE_VARIANTS = [  # (config, x dtype): every kernel path once, at N % 128 !
     (fk._stream(32, 1, 8, 3), torch.float16),
     (fk._stream(16, 16, 8, 3), torch.float32),
     (fk._stream(16, 16, 4, 3, False), torch.bfloat16),
+    (fk._swap(64, 64, 2, 4, 3, False, pdl=True), torch.float16),
+    (fk._swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True), torch.bfloat16),
 ]
 
 
@@ -499,7 +507,7 @@ GPU_EDGE_VARIANTS = [  # (config, x dtype): every kernel path once, at N % 128 !
 @pytest.mark.parametrize("config,dtype", GPU_EDGE_VARIANTS, ids=[
     "gemv-fp32", "swap-fused-m1-fp16", "swap-fused-mma-bf16", "swap-fused-wgmma-bf16", "swap-fused-128-fp32",
     "swap-fp16", "tiled-tma-bf16", "tiled-fp16", "stream-fused-bf16", "stream-fused-m1-fp16",
-    "stream-fused-fp32", "stream-bf16"])
+    "stream-fused-fp32", "stream-bf16", "swap-pdl-fp16", "swap-split-pdl-bf16"])
 def test_kernel_paths_at_edges_gpu(config, dtype):
     torch.manual_seed(7)
     for m in {"gemv": (1, 3), "stream": (1, 13, 40)}.get(config["kernel"], (5, 300)):
@@ -583,3 +591,22 @@ def test_cublas_config_gpu(dtype):
         y_graph = fk.linear(x, weight_q, weight_scale, config=fk._cublas())
     g.replay()
     torch.testing.assert_close(y_graph, y, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [1, 2])
+def test_swap_pdl_equals_plain_launch_and_replays_in_a_graph_gpu(split):
+    """PDL changes when the GEMM (and the split-K sum) start, not what they compute: bit-identical to
+    the plain launches, eagerly and replayed from a CUDA graph."""
+    torch.manual_seed(11)
+    x, _, weight_q, weight_scale, b = make_problem(128, 4096, 4096, torch.bfloat16, True, "cuda")
+    plain = fk._swap(64, 64, 2, 4, 3, False, split_k=split)
+    pdl = fk._swap(64, 64, 2, 4, 3, False, split_k=split, pdl=True)
+    want = fk.linear(x, weight_q, weight_scale, b, config=plain)
+    assert torch.equal(fk.linear(x, weight_q, weight_scale, b, config=pdl), want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = fk.linear(x, weight_q, weight_scale, b, config=pdl)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, want)

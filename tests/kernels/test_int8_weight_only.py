@@ -255,7 +255,7 @@ def test_config_space_fits_the_sweep_budget():
     """≤ 8 candidates per problem, every default among them, and few compilations over the 15 cells
     (SPLIT_K is a runtime argument and PERSISTENT only sets the grid: configs that differ only in them
     share one compilation; the streaming kernel at M = 1 is its own compilation, the broadcast-row
-    one)."""
+    one; STREAM_K is a compile-time flag of the Gluon kernel, two more)."""
     k = _module()
     dicts, compiled = set(), set()
     for m, n, kk in _bench_cells():
@@ -266,7 +266,7 @@ def test_config_space_fits_the_sweep_budget():
             dicts.add(json.dumps(c, sort_keys=True))
             compiled.add(json.dumps({**c, "SPLIT_K": c.get("SPLIT_K", 1) > 1, "PERSISTENT": None,
                                      "bcast": c["kernel"] == "stream" and m == 1}, sort_keys=True))
-    assert len(compiled) <= 24, sorted(compiled)
+    assert len(compiled) <= 26, sorted(compiled)
     assert len(dicts) <= 40
 
 

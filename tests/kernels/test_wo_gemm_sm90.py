@@ -116,17 +116,20 @@ def _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4, group):
     fn = g._wo_rs_kernel
     bm, bn, warps = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["num_warps"]
     out = "*bf16" if dtype == torch.bfloat16 else "*fp16"
+    stream_k = bool(cfg.get("STREAM_K"))
     sig = dict(x_desc=mangle_type(x_desc), w_desc=mangle_type(w_desc), scale_ptr=out if int4 else "*fp32",
-               z_ptr="*u8" if int4 else "*fp32", bias_ptr=out, y_ptr=out, M="i32", N="i32", K="i32", GROUPS="i32",
-               stride_ym="i32", INT4="constexpr", HAS_BIAS="constexpr", GROUP_M="constexpr", STAGES="constexpr",
-               GROUP_SIZE="constexpr", INSTR_N="constexpr", P_LAYOUT="constexpr", num_warps="constexpr")
+               z_ptr="*u8" if int4 else "*fp32", bias_ptr=out, y_ptr=out, ws_ptr="*fp32" if stream_k else out,
+               cnt_ptr="*i32" if stream_k else out, M="i32", N="i32", K="i32", GROUPS="i32", stride_ym="i32",
+               DP_TILES="i32", SK_TILES="i32", SK_LEN="i32", INT4="constexpr", HAS_BIAS="constexpr",
+               GROUP_M="constexpr", STAGES="constexpr", GROUP_SIZE="constexpr", INSTR_N="constexpr",
+               P_LAYOUT="constexpr", STREAM_K="constexpr", num_warps="constexpr")
     consts = dict(INT4=int4, HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], GROUP_SIZE=group,
                   INSTR_N=min(bm, 256), P_LAYOUT=g.packed_a_layout(bn, x_desc.block_shape[1], warps) if int4 else None,
-                  num_warps=warps)
+                  STREAM_K=stream_k, num_warps=warps)
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
-             for a in ("scale_ptr", "z_ptr", "y_ptr", "N", "K", "stride_ym")}
+             for a in ("scale_ptr", "z_ptr", "y_ptr", "ws_ptr", "cnt_ptr", "N", "K", "stride_ym")}
     return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=warps, num_stages=cfg["num_stages"]))
+                          options=dict(num_warps=warps, num_stages=cfg["num_stages"], launch_pdl=stream_k))
 
 
 def _compile_int4() -> list:
@@ -176,6 +179,109 @@ def test_candidates_are_offered_for_large_m_and_wide_decode_layers():
         assert got == offered, (m, n)
 
 
+def _kernel_schedule(M, N, K, cfg, sms):
+    """A Python model of _wo_rs_kernel's work and load schedule (its index arithmetic, step by step):
+    per program, the units (tile, kb, nk) it computes and the (tile, K step) each global step's TMA
+    load fetches, following the kernel's refill rule (current or next unit only)."""
+    from quantkit.kernels import wo_gemm_sm90 as g
+    from quantkit.reference.common import ceil_div
+
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    tiles = ceil_div(M, bm) * ceil_div(N, bn)
+    nprog = min(tiles, sms)
+    num_k = 2 * ceil_div(K, 2 * bk)
+    stages = g._ring_stages(cfg, num_k)
+    split = g.stream_k_split(M, N, K, cfg, sms)
+    dp_tiles, sk_tiles, sk_len = split if split else (tiles, 0, 0)
+    programs = []
+    for pid in range(nprog):
+        n_dp = (dp_tiles - pid + nprog - 1) // nprog
+        lo = min(pid * sk_len, sk_tiles * num_k)
+        hi = min(lo + sk_len, sk_tiles * num_k)
+        n_units = n_dp + ((hi - 1) // num_k - lo // num_k + 1 if lo < hi else 0)
+        total = n_dp * num_k + hi - lo
+
+        def unit(u):
+            if split is None or u < n_dp:
+                return pid + u * nprog, 0, num_k, u * num_k
+            st = lo // num_k + (u - n_dp)
+            a, b = max(lo, st * num_k), min(hi, st * num_k + num_k)
+            return dp_tiles + st, a - st * num_k, b - a, n_dp * num_k + a - lo
+
+        loads = {}
+
+        def refill(gs, kk, cur, nxt):
+            if gs >= total:
+                return
+            (t, kb, nk, _), (nt, nkb, _, _) = cur, nxt
+            assert gs not in loads, f"step {gs} loaded twice"
+            loads[gs] = (nt, nkb + kk - nk) if kk >= nk else (t, kb + kk)
+
+        for i in range(stages):
+            refill(i, i, unit(0), unit(1))
+        units, steps = [], {}
+        for u in range(n_units):
+            cur, nxt = unit(u), unit(u + 1)
+            t, kb, nk, g0 = cur
+            units.append((t, kb, nk))
+            for k in range(nk):
+                steps[g0 + k] = (t, kb + k)
+                if u > 0 or k > 0:
+                    refill(g0 + k - 1 + stages, k - 1 + stages, cur, nxt)
+        programs.append(dict(units=units, steps=steps, loads=loads, total=total, lo=lo, hi=hi))
+    return programs, dict(tiles=tiles, num_k=num_k, stages=stages, split=split, nprog=nprog)
+
+
+@pytest.mark.parametrize("M,N,K,stages,sms", [
+    (1024, 14336, 4096, 4, 132),   # 448 tiles: 3 waves + 52 tiles split over the programs
+    (1024, 14336, 4096, 5, 132),
+    (4096, 14336, 4096, 4, 132),   # 1792 tiles: 13 waves + 76
+    (4096, 4096, 4096, 5, 132),    # 512 tiles: 3 waves + 116
+    (2048, 128256, 4096, 4, 132),  # the lm_head at prefill
+    (1030, 4096, 4096, 4, 132),    # 160 tiles: 1 wave + 28
+    (2000, 2304, 128, 4, 132),     # 2 K steps: pieces of whole tiles
+    (1000, 1000, 1040, 5, 7),      # a small GPU: 32 tiles on 7 SMs, 18 K steps (q = 6)
+    (4096, 4096, 4096, 4, 128),    # whole waves: no stream-K
+])
+def test_stream_k_schedule_model(M, N, K, stages, sms):
+    """Every (tile, K step) is computed exactly once; every unit is even and at least STAGES - 1
+    steps (the refill rule reaches into the next unit only), every step is loaded exactly once with
+    the right tile and K step; the pieces of a split tile have distinct workspace slots and their
+    count is what the combining program expects."""
+    from quantkit.kernels import int8_weight_only as k
+    from quantkit.kernels import wo_gemm_sm90 as g
+
+    cfg = k._tma_wgmma_config(256, 128, 64, 8, stages, stream_k=True)
+    programs, info = _kernel_schedule(M, N, K, cfg, sms)
+    num_k, split = info["num_k"], info["split"]
+    if info["tiles"] <= sms or info["tiles"] % sms == 0:
+        assert split is None
+    else:
+        assert split is not None and split[0] % info["nprog"] == 0
+    covered = {}
+    pieces: dict[int, list] = {}
+    for pid, prog in enumerate(programs):
+        assert sorted(prog["steps"]) == list(range(prog["total"]))
+        assert prog["loads"] == prog["steps"], f"program {pid}: loads differ from the steps computed"
+        for t, kb, nk in prog["units"]:
+            assert nk % 2 == 0 and nk >= max(2, info["stages"] - 1), (pid, t, kb, nk)
+            for kk in range(kb, kb + nk):
+                assert (t, kk) not in covered, f"tile {t} step {kk} twice"
+                covered[(t, kk)] = pid
+            if nk < num_k:
+                st = t - split[0]
+                slot = 2 * pid + (1 if pid * split[2] < st * num_k else 0)
+                pieces.setdefault(st, []).append((pid, slot))
+    assert len(covered) == info["tiles"] * num_k
+    slots = [slot for ps in pieces.values() for _, slot in ps]
+    assert len(set(slots)) == len(slots) and max(slots, default=0) < 2 * info["nprog"]
+    for st, ps in pieces.items():
+        assert 2 <= len(ps) <= g.SK_MAX_PIECES.value, (st, ps)
+        first, last = (st * num_k) // split[2], (st * num_k + num_k - 1) // split[2]
+        assert [p for p, _ in ps] == list(range(first, last + 1)), (st, ps)
+        assert [s for _, s in ps] == [2 * p + (p * split[2] < st * num_k) for p in range(first, last + 1)]
+
+
 def test_falls_back_where_it_cannot_run(kernel_device):
     """Off sm_90 (the interpreter here, or another GPU), a tma_wgmma config runs the mma_ss kernel."""
     from quantkit.kernels import int8_weight_only as k
@@ -207,6 +313,7 @@ def _sm90():
     (257, 384, 4096, torch.float16, False, torch.bfloat16),   # fp16, half-precision scales
     (1030, 4096, 128, torch.bfloat16, False, torch.float32),  # K shorter than the ring
     (4096, 136, 14336, torch.float16, True, torch.float16),   # one tile column, long K
+    (1030, 4096, 4096, torch.bfloat16, True, torch.float32),  # 160 tiles: stream-K pieces of 16 steps
 ])
 def test_gpu_edges_against_the_float32_bound(M, N, K, dtype, bias, scale_dtype):
     _sm90()
@@ -233,6 +340,7 @@ _INT4_CASES = [  # (M, N, K, group, dtype, bias): M, N and K tails, every group 
     (1030, 4096, 256, 32, torch.bfloat16, False),   # BLOCK_K clamped to the group; K shorter than the ring
     (520, 136, 3328, 256, torch.bfloat16, True),    # 13 K steps: the odd step is zero-filled
     (2000, 2304, 128, 128, torch.bfloat16, False),  # 2 K steps, 144 tiles: persistent refills cross tiles
+    (1030, 4096, 4096, 64, torch.float16, True),    # 160 tiles: stream-K pieces across group boundaries
 ]
 
 
@@ -302,3 +410,55 @@ def test_gpu_strided_rows_and_cuda_graph():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(y_graph, y), cfg
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("int4", [False, True], ids=["int8", "int4"])
+def test_gpu_stream_k_graph_plan_and_one_allocation(int4):
+    """A stream-K launch (zeroing kernel, then the GEMM as its programmatic dependent): captured in a
+    CUDA graph and replayed, recorded and replayed by a launch plan, equal to the eager output bit for
+    bit; its pieces' sums live in the output's one allocation; the pieces really are combined (the
+    split is asserted)."""
+    _sm90()
+    import functools
+
+    from quantkit.kernels import int4_weight_only as k4
+    from quantkit.kernels import int8_weight_only as k8
+    from quantkit.kernels import wo_gemm_sm90 as g
+    from quantkit.kernels.plan import planned
+    from tests.kernels.test_int4_weight_only import make_problem
+
+    torch.manual_seed(5)
+    M, N, K = 1030, 4096, 4096
+    if int4:
+        x, packed, scale, zero, _, _ = make_problem(M, N, K, 128, torch.bfloat16, "cuda")
+        cfg = k4._tma_wgmma(stream_k=True)
+        fn = functools.partial(k4.linear, config=cfg)
+        args = (packed, scale, zero, None, 128)
+    else:
+        weight_q, weight_scale = quantize_weight_int8_per_channel(torch.randn(N, K, device="cuda") * 0.02)
+        x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+        cfg = k8._tma_wgmma_config(256, 128, 64, 8, 4, stream_k=True)
+        fn = functools.partial(k8.linear, config=cfg)
+        args = (weight_q, weight_scale)
+    split = g.stream_k_split(M, N, K, cfg, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert split is not None and split[2] < 64, split  # tiles cut into pieces
+    y = fn(x, *args)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    y2 = fn(x, *args)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 1  # the output's block
+    assert torch.equal(y, y2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = fn(x, *args)
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y_graph, y)
+    run = planned(fn)
+    outs = [run(x, *args) for _ in range(4)]  # the second call is recorded, the later ones replay
+    assert all(type(p).__name__ == "Plan" for p in run.plans.values()), run.plans
+    for o in outs:
+        assert torch.equal(o, y)

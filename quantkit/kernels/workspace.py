@@ -1,0 +1,40 @@
+"""Scratch memory a kernel needs beyond its output, without a second allocation per call.
+
+The families promise one allocation per call, the output's. Where a kernel needs scratch (the x codes
+of the two-kernel decode path, the stream-K pieces of the weight-only GEMM) it is carved from the
+same block: :func:`out_with_workspace`. Launch plans replay the block's allocation and the views.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from quantkit.kernels.launch import cached
+from quantkit.reference.common import ceil_div
+
+
+def out_with_workspace(M: int, N: int, dtype: torch.dtype, device, ws_bytes: int):
+    """(out [M, N] of ``dtype``, workspace of ``ws_bytes`` uint8, 16-byte aligned) from one allocation:
+    the output is its leading part, so the call allocates nothing but the output's block (which the
+    returned tensor keeps alive)."""
+    size = dtype.itemsize
+    out_bytes = ceil_div(M * N * size, 16) * 16
+    buf = torch.empty(ceil_div(out_bytes + ws_bytes, size), dtype=dtype, device=device)
+    return buf[:M * N].view(M, N), buf.view(torch.uint8)[out_bytes:out_bytes + ws_bytes]
+
+
+@triton.jit
+def _zero_i32_kernel(ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(ptr + offs, tl.zeros([BLOCK], tl.int32), mask=offs < n)
+
+
+_zero_i32 = cached(_zero_i32_kernel)
+
+
+def zero_int32(t: torch.Tensor) -> None:
+    """Zero a small int32 vector (counters) with one single-program launch through the launch cache
+    (a launch plan replays it; ``Tensor.zero_`` would make the call unplannable)."""
+    n = t.numel()
+    _zero_i32[(1,)](t, n, BLOCK=triton.next_power_of_2(max(n, 1)))
