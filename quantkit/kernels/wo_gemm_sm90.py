@@ -29,18 +29,15 @@ A fragment. The K steps are rounded up to an even count (one zero-filled step at
 A program computes tiles program_id, program_id + nprog, ... (``PERSISTENT``: one program per SM);
 its steps are numbered across its tiles, so the ring runs on across tile boundaries.
 
-Stream-K (``STREAM_K``, persistent). When the tiles leave the last wave partly empty (448 tiles of
-256 x 128 on 132 SMs at 14336 x 4096, M = 1024: 3 waves and 52 tiles, a 0.39-full fourth wave), the
-whole waves run as plain tiles and the K steps of the remaining tiles are dealt out evenly, one range
-per program (:func:`stream_k_split`). A range is cut at tile boundaries into pieces; a tile split into
-pieces is combined by the program whose piece arrives last, counted by an atomic counter per tile
-(zeroed per call by a one-program kernel that the GEMM follows as a programmatic dependent). Pieces
-go through a float32 workspace in the output's allocation, except the tile's first piece: it ends its
-program's range, so it usually arrives last, finds the others counted and is summed from the idle
-ring's shared memory instead. The combining program adds the pieces in a fixed order, so the output
+Stream-K (``STREAM_K``, persistent). When the tiles leave the last wave at most half full (448 tiles
+of 256 x 128 on 132 SMs at 14336 x 4096, M = 1024: 3 waves and 52 tiles), the whole waves run as plain
+tiles and each remaining tile is cut along K into 2-4 equal pieces, one per program
+(:func:`stream_k_split`). The program whose piece arrives last combines them, counted by an atomic
+counter per tile (zeroed per call by a one-program kernel that the GEMM follows as a programmatic
+dependent): the other pieces go through a float32 workspace in the output's allocation, the last
+one straight from the idle ring's shared memory. Pieces are summed in a fixed order, so the output
 does not depend on which program combined (runs are bit-identical). Never a spin-wait: no program
-waits for another to be scheduled. Measured (notes/int8_weight_only.md, round 8): the schedule alone
-would save ~27 µs of 189 at that shape; the pieces' stores, counting and combining give back ~20.
+waits for another to be scheduled. Measured (notes/int8_weight_only.md, round 8).
 
 The same kernel takes packed int4 weights (``INT4``, :func:`launch_int4`): tiles [BLOCK_N, BLOCK_K / 2]
 of bytes loaded in the layout whose two nibbles are exactly the A fragment's registers
@@ -303,13 +300,13 @@ def _sk_store_piece(acc, pid, st, num_k, sk_len, ws_ptr, cnt_ptr):
 @gluon.jit
 def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
                sk_len, HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
-               BLOCK_N: gl.constexpr, MAX_PIECES: gl.constexpr, num_warps: gl.constexpr):
-    """The tile's output from its pieces: per CHUNK x rows, every piece's float32 block is loaded at
-    once (MAX_PIECES masked loads in flight, 16-byte along N; ``use_own``: this program's piece, the
-    tile's first, from the shared buffer ``own`` [BLOCK_M, BLOCK_N] instead of its slot) and summed in
-    piece order — the same float32 sum whichever program combines, so runs are bit-identical — then
+               BLOCK_N: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr):
+    """The tile's output from its PIECES pieces: per CHUNK x rows, every piece's float32 block is
+    loaded at once (PIECES loads in flight, 16-byte along N; ``use_own``: this program's piece from
+    the shared buffer ``own`` [BLOCK_M, BLOCK_N] instead of its slot) and summed from zero in piece
+    order — the same float32 sum whichever program combines, so runs are bit-identical — then
     scaled, biased, rounded once and stored along y's rows (as :func:`_store_tile_transposed`)."""
-    CHUNK: gl.constexpr = 64
+    CHUNK: gl.constexpr = 128 if PIECES <= 2 else 64  # PIECES x CHUNK x BLOCK_N / 256 threads in flight
     layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32 * 4 // BLOCK_N, BLOCK_N // 4],
                                             warps_per_cta=[num_warps, 1], order=[1, 0])
     offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
@@ -320,19 +317,20 @@ def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stri
         bi = gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)
     start = st * num_k
     first = start // sk_len
-    last = (start + num_k - 1) // sk_len
     tile_off = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))[:, None] * BLOCK_N \
         + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))[None, :]
     for c in gl.static_range(0, BLOCK_M, CHUNK):
         if use_own:
-            y = own.slice(c, CHUNK).load(layout)
-        else:
-            y = gl.zeros((CHUNK, BLOCK_N), gl.float32, layout)
-        for i in gl.static_range(MAX_PIECES):
+            mine = own.slice(c, CHUNK).load(layout)
+        y = gl.zeros((CHUNK, BLOCK_N), gl.float32, layout)
+        for i in gl.static_range(PIECES):
             p = first + i
             slot = _sk_slot(p, start, sk_len).to(gl.int64)
-            y += gl.load(ws_ptr + slot * (BLOCK_N * BLOCK_M) + c * BLOCK_N + tile_off,
-                         mask=(p <= last) & ((p != pid) | (not use_own)), other=0.0, cache_modifier=".cg")
+            part = gl.load(ws_ptr + slot * (BLOCK_N * BLOCK_M) + c * BLOCK_N + tile_off,
+                           mask=(p != pid) | (not use_own), other=0.0, cache_modifier=".cg")
+            if use_own:
+                part = gl.where(p == pid, mine, part)
+            y += part
         if HAS_SCALE:
             y = y * sc[None, :]
         if HAS_BIAS:
@@ -343,14 +341,13 @@ def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stri
 
 
 @gluon.jit
-def _sk_piece(acc, pid, st, num_k, sk_len, x_ring, scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym,
-              off_m, off_n, HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, MAX_PIECES: gl.constexpr,
+def _sk_piece(acc, pid, st, num_k, sk_len, last_unit, x_ring, scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N,
+              stride_ym, off_m, off_n, HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr,
               num_warps: gl.constexpr):
-    """A stream-K piece of tile st (its sum in ``acc``). The tile's first piece ends its program's range,
-    so it is usually the last to finish: when its program finds every other piece counted in, the
-    piece is not stored at all — the sum goes to the ring's shared memory (idle after a program's last
-    step) and this program combines at once. Otherwise the piece is stored and counted, and the last
-    to arrive combines (:func:`_sk_store_piece`)."""
+    """A stream-K piece of tile st (its sum in ``acc``). When it is its program's last unit (the ring
+    idle) and every other piece is already counted in, it is not stored at all: the sum goes to the
+    ring's shared memory and this program combines at once. Otherwise the piece is stored and
+    counted, and the last to arrive combines (:func:`_sk_store_piece`)."""
     BLOCK_N: gl.constexpr = acc.shape[0]
     BLOCK_M: gl.constexpr = acc.shape[1]
     # the x ring (16-bit) can hold the float32 sum: STAGES x BLOCK_K x 2 bytes >= BLOCK_N x 4
@@ -359,32 +356,34 @@ def _sk_piece(acc, pid, st, num_k, sk_len, x_ring, scale_ptr, bias_ptr, y_ptr, w
     first = start // sk_len
     _grid_wait()  # the counters were zeroed by the previous grid
     seen = gl.atomic_add(cnt_ptr + st, 0, sem="acquire", scope="gpu")
-    if OWN_FITS and (pid == first) & (seen == (start + num_k - 1) // sk_len - first):
-        # the ring is idle (the program's last unit); [BLOCK_M, BLOCK_N], N contiguous: the combine's
-        # 16-byte reads along N are free of bank conflicts
+    if OWN_FITS and last_unit & (seen == PIECES - 1):
+        # the ring is idle (the program's last unit); [BLOCK_M, BLOCK_N], N contiguous in 16-byte units
+        # swizzled by row: the combine's 16-byte reads along N and the accumulator's transposed
+        # stores (lanes 8 rows apart) fall in distinct banks
         own = x_ring._reinterpret(gl.float32, [BLOCK_M, BLOCK_N],
-                                  gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
+                                  gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=8, order=[1, 0]))
         own.store(gl.permute(acc, (1, 0)))
         gl.thread_barrier()
         _sk_finish(own, True, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
-                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, MAX_PIECES, num_warps)
+                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, PIECES, num_warps)
     elif _sk_store_piece(acc, pid, st, num_k, sk_len, ws_ptr, cnt_ptr):
         _sk_finish(x_ring, False, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
-                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, MAX_PIECES, num_warps)
+                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, PIECES, num_warps)
 
 
 @gluon.jit
 def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, GROUPS, stride_ym,
                   DP_TILES, SK_TILES, SK_LEN, INT4: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
                   STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr, INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr,
-                  STREAM_K: gl.constexpr, num_warps: gl.constexpr):
+                  STREAM_K: gl.constexpr, SK_PIECES: gl.constexpr, num_warps: gl.constexpr):
     """The register-operand kernel (module docstring), int8 or packed int4 (INT4: [BLOCK_N, BLOCK_K / 2]
     byte tiles; the group's zero-point and scale applied in the conversion, GROUP_SIZE a multiple of
     BLOCK_K so that a step sees one group). A program computes tiles program_id, program_id + nprog,
     ... < DP_TILES (persistent when the grid is smaller than the tile count), then (STREAM_K) its
-    range of SK_LEN steps of the last SK_TILES tiles' K steps (module docstring, "Stream-K"). Its
-    steps are numbered across its units: the TMA ring runs on across their boundaries, so the next
-    unit's first loads are in flight during this unit's last steps and store."""
+    range of SK_LEN steps of the last SK_TILES tiles' K steps, one of a tile's SK_PIECES pieces
+    (module docstring, "Stream-K"). Its steps are numbered across its units: the TMA ring runs on
+    across their boundaries, so the next unit's first loads are in flight during this unit's last
+    steps and store."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -467,8 +466,9 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt
                 _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4,
                                        HAS_BIAS, BLOCK_M, BLOCK_N, num_warps)
             else:
-                _sk_piece(acc, pid, tile - DP_TILES, num_k, SK_LEN, x_ring, scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr,
-                          M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS, SK_MAX_PIECES, num_warps)
+                _sk_piece(acc, pid, tile - DP_TILES, num_k, SK_LEN, u == n_units - 1, x_ring, scale_ptr, bias_ptr,
+                          y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS, SK_PIECES,
+                          num_warps)
         else:
             _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS,
                                    BLOCK_M, BLOCK_N, num_warps)
@@ -550,27 +550,26 @@ def _ring_stages(cfg: dict, num_k: int) -> int:
 
 def stream_k_split(M: int, N: int, K: int, cfg: dict, num_sms: int) -> tuple[int, int, int] | None:
     """(dp_tiles, sk_tiles, sk_len) when ``cfg`` asks for stream-K (``STREAM_K``, persistent) and the
-    tiles leave the last wave partly empty: the first dp_tiles tiles (whole waves) are computed whole,
-    and the K steps of the last sk_tiles tiles are dealt out in ranges of sk_len steps, one per
-    program. sk_len is a multiple of the smallest even q >= STAGES - 1 that divides the K steps, so
-    every piece of a range is at least STAGES - 1 steps (a refill never skips a unit) and even (the
-    loop is unrolled by two); and at least num_k / (SK_MAX_PIECES - 1), so that a tile is cut into at
-    most SK_MAX_PIECES pieces (the combining program loads them all at once). None: plain persistent
-    tiles."""
+    last wave is at most half full: the first dp_tiles tiles (whole waves) are computed whole, and the
+    K steps of the last sk_tiles tiles are dealt out in ranges of sk_len steps, one per program.
+    sk_len divides the tile's K steps, so every range is one piece of one tile (one store or one
+    combine per program, no program cut twice); it is the shortest such length that the programs can
+    cover, even (the loop is unrolled by two), at least STAGES - 1 (a refill never skips a unit) and
+    at least num_k / SK_MAX_PIECES. None: plain persistent tiles (a last wave
+    more than half full gains less than the pieces cost: notes/int8_weight_only.md, round 8)."""
     if not (cfg.get("STREAM_K") and cfg.get("PERSISTENT")):
         return None
     tiles = ceil_div(M, int(cfg["BLOCK_M"])) * ceil_div(N, int(cfg["BLOCK_N"]))
     sk_tiles = tiles % num_sms
-    if tiles <= num_sms or sk_tiles == 0:
+    if tiles <= num_sms or sk_tiles == 0 or 2 * sk_tiles > num_sms:
         return None
     num_k = 2 * ceil_div(K, 2 * int(cfg["BLOCK_K"]))
-    q = max(2, _ring_stages(cfg, num_k) - 1)
-    q += q % 2
-    while num_k % q:
-        q += 2
-    # ranges of at least num_k / (MAX - 1) steps: a tile's num_k steps meet at most MAX of them
-    least = max(ceil_div(sk_tiles * num_k, num_sms), ceil_div(num_k, SK_MAX_PIECES.value - 1))
-    return tiles - sk_tiles, sk_tiles, q * ceil_div(least, q)
+    least = max(ceil_div(sk_tiles * num_k, num_sms), ceil_div(num_k, SK_MAX_PIECES.value),
+                _ring_stages(cfg, num_k) - 1)
+    for sk_len in range(least, num_k):
+        if num_k % sk_len == 0 and sk_len % 2 == 0:
+            return tiles - sk_tiles, sk_tiles, sk_len
+    return None
 
 
 def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group_size: int, cfg: dict):
@@ -606,6 +605,7 @@ def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group
                       INT4=int4, HAS_BIAS=bias is not None, GROUP_M=int(cfg.get("GROUP_M", 8)),
                       STAGES=_ring_stages(cfg, num_k), GROUP_SIZE=group_size, INSTR_N=min(bm, 256),
                       P_LAYOUT=packed_a_layout(bn, bk, warps) if int4 else None, STREAM_K=split is not None,
+                      SK_PIECES=num_k // sk_len if split is not None else 1,
                       num_warps=warps, **opts)
     return out
 

@@ -122,10 +122,10 @@ def _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4, group):
                cnt_ptr="*i32" if stream_k else out, M="i32", N="i32", K="i32", GROUPS="i32", stride_ym="i32",
                DP_TILES="i32", SK_TILES="i32", SK_LEN="i32", INT4="constexpr", HAS_BIAS="constexpr",
                GROUP_M="constexpr", STAGES="constexpr", GROUP_SIZE="constexpr", INSTR_N="constexpr",
-               P_LAYOUT="constexpr", STREAM_K="constexpr", num_warps="constexpr")
+               P_LAYOUT="constexpr", STREAM_K="constexpr", SK_PIECES="constexpr", num_warps="constexpr")
     consts = dict(INT4=int4, HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], GROUP_SIZE=group,
                   INSTR_N=min(bm, 256), P_LAYOUT=g.packed_a_layout(bn, x_desc.block_shape[1], warps) if int4 else None,
-                  STREAM_K=stream_k, num_warps=warps)
+                  STREAM_K=stream_k, SK_PIECES=2 if stream_k else 1, num_warps=warps)
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("scale_ptr", "z_ptr", "y_ptr", "ws_ptr", "cnt_ptr", "N", "K", "stride_ym")}
     return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
@@ -233,14 +233,14 @@ def _kernel_schedule(M, N, K, cfg, sms):
 
 
 @pytest.mark.parametrize("M,N,K,stages,sms", [
-    (1024, 14336, 4096, 4, 132),   # 448 tiles: 3 waves + 52 tiles split over the programs
+    (1024, 14336, 4096, 4, 132),   # 448 tiles: 3 waves + 52 tiles, halves
     (1024, 14336, 4096, 5, 132),
-    (4096, 14336, 4096, 4, 132),   # 1792 tiles: 13 waves + 76
-    (4096, 4096, 4096, 5, 132),    # 512 tiles: 3 waves + 116
-    (2048, 128256, 4096, 4, 132),  # the lm_head at prefill
-    (1030, 4096, 4096, 4, 132),    # 160 tiles: 1 wave + 28
-    (2000, 2304, 128, 4, 132),     # 2 K steps: pieces of whole tiles
-    (1000, 1000, 1040, 5, 7),      # a small GPU: 32 tiles on 7 SMs, 18 K steps (q = 6)
+    (4096, 14336, 4096, 4, 132),   # 1792 tiles: 13 waves + 76 (more than half a wave: plain)
+    (4096, 4096, 4096, 5, 7),      # 512 tiles on 7 SMs: 73 waves + 1 tile in quarters
+    (2048, 128256, 4096, 4, 132),  # the lm_head at prefill: 8016 tiles, 60 waves + 96 (plain)
+    (1030, 4096, 4096, 4, 132),    # 160 tiles: 1 wave + 28 tiles in quarters
+    (2000, 2304, 128, 4, 132),     # 2 K steps: no piece can be cut
+    (1000, 2000, 1040, 5, 7),      # 64 tiles on 7 SMs, 18 K steps (q = 6): 9 waves + 1 tile in thirds
     (4096, 4096, 4096, 4, 128),    # whole waves: no stream-K
 ])
 def test_stream_k_schedule_model(M, N, K, stages, sms):
@@ -254,15 +254,19 @@ def test_stream_k_schedule_model(M, N, K, stages, sms):
     cfg = k._tma_wgmma_config(256, 128, 64, 8, stages, stream_k=True)
     programs, info = _kernel_schedule(M, N, K, cfg, sms)
     num_k, split = info["num_k"], info["split"]
-    if info["tiles"] <= sms or info["tiles"] % sms == 0:
-        assert split is None
+    rest = info["tiles"] % sms
+    cuts = [n for n in range(2, num_k) if num_k % n == 0 and n % 2 == 0 and n >= info["stages"] - 1
+            and 4 * n >= num_k and n * sms >= rest * num_k]
+    if info["tiles"] <= sms or rest == 0 or 2 * rest > sms or not cuts:
+        assert split is None  # no partial wave, one more than half full, or no piece length fits
     else:
-        assert split is not None and split[0] % info["nprog"] == 0
+        assert split == (info["tiles"] - rest, rest, cuts[0])
     covered = {}
     pieces: dict[int, list] = {}
     for pid, prog in enumerate(programs):
         assert sorted(prog["steps"]) == list(range(prog["total"]))
         assert prog["loads"] == prog["steps"], f"program {pid}: loads differ from the steps computed"
+        assert sum(nk < num_k for _, _, nk in prog["units"]) <= 1, f"program {pid} holds two pieces"
         for t, kb, nk in prog["units"]:
             assert nk % 2 == 0 and nk >= max(2, info["stages"] - 1), (pid, t, kb, nk)
             for kk in range(kb, kb + nk):
