@@ -738,6 +738,10 @@ def _check_config(config: dict, block_size: int) -> None:
     for key in keys:
         if key not in config:
             raise ValueError(f"fp8_block {kind} config is missing {key!r}: {config!r}")
+    if "PDL" in config and kind != "decode" and (kind != "swap" or config["fuse_act_quant"]
+                                                 or not isinstance(config["PDL"], bool)):
+        raise ValueError(f"PDL (a bool) is a key of the swap kernel on quantized x (fuse_act_quant=False) and "
+                         f"of the decode kernel: {config!r}")
     if kind == "cublas":
         if config["fuse_act_quant"]:
             raise ValueError(f"the cublas GEMM reads quantized activations (fuse_act_quant=False): {config!r}")
@@ -749,10 +753,6 @@ def _check_config(config: dict, block_size: int) -> None:
         if config["fuse_act_quant"]:
             raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False): {config!r}")
         return
-    if kind != "decode" and ("PDL" in config and (kind != "swap" or config["fuse_act_quant"]
-                                                 or not isinstance(config["PDL"], bool))):
-        raise ValueError(f"PDL (a bool) is a key of the swap kernel on quantized x (fuse_act_quant=False): "
-                         f"{config!r}")
     split = config.get("SPLIT_K", 1)
     if not (_pow2(split) and split <= 16) or (split > 1 and (kind != "swap" or config["fuse_act_quant"])):
         raise ValueError(f"SPLIT_K must be a power of two <= 16, and > 1 only for the swap kernel on quantized "

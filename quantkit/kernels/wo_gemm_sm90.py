@@ -270,43 +270,35 @@ SK_MAX_PIECES = gl.constexpr(4)  # a stream-K tile is cut into at most this many
 
 
 @gluon.jit
-def _sk_slot(p, start, sk_len):
-    """Workspace slot of program p's piece of the tile whose stream-K steps start at ``start``: 2·p for
-    the piece that begins p's range, 2·p + 1 for the one that ends it."""
-    return 2 * p + (p * sk_len < start).to(gl.int32)
-
-
-@gluon.jit
-def _sk_store_piece(acc, pid, st, num_k, sk_len, ws_ptr, cnt_ptr):
+def _sk_store_piece(acc, pid, st, ws_ptr, cnt_ptr, PIECES: gl.constexpr):
     """Store this program's float32 piece of stream-K tile st (transposed, [BLOCK_M, BLOCK_N]: the
-    combining program reads it along N, coalesced) in its slot and count it in. Returns whether it
-    was the tile's last piece to arrive (this program then combines them all, its own from the slot)."""
+    combining program reads it along N, coalesced) in its slot (slot p: program p computes piece
+    p mod PIECES of tile p / PIECES) and count it in. Returns whether it was the tile's last piece to
+    arrive (this program then combines them all, its own from the slot)."""
     BLOCK_N: gl.constexpr = acc.shape[0]
     BLOCK_M: gl.constexpr = acc.shape[1]
     layout: gl.constexpr = acc.type.layout
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, layout))
-    start = st * num_k
-    slot = _sk_slot(pid, start, sk_len)
-    gl.store(ws_ptr + slot.to(gl.int64) * (BLOCK_N * BLOCK_M) + cols[None, :] * BLOCK_N + rows[:, None], acc)
+    gl.store(ws_ptr + pid.to(gl.int64) * (BLOCK_N * BLOCK_M) + cols[None, :] * BLOCK_N + rows[:, None], acc)
     # Every thread's stores are issued before the one thread's release (CTA barrier, then the
     # gpu-scope acq_rel atomic); the counter's acquire orders the combining loads after the other
     # programs' releases.
     gl.thread_barrier()
     arrived = gl.atomic_add(cnt_ptr + st, 1, sem="acq_rel", scope="gpu")
-    return arrived == (start + num_k - 1) // sk_len - start // sk_len
+    return arrived == PIECES - 1
 
 
 @gluon.jit
-def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
-               sk_len, HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
+def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st,
+               HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCK_M: gl.constexpr,
                BLOCK_N: gl.constexpr, PIECES: gl.constexpr, num_warps: gl.constexpr):
     """The tile's output from its PIECES pieces: per CHUNK x rows, every piece's float32 block is
     loaded at once (PIECES loads in flight, 16-byte along N; ``use_own``: this program's piece from
     the shared buffer ``own`` [BLOCK_M, BLOCK_N] instead of its slot) and summed from zero in piece
     order — the same float32 sum whichever program combines, so runs are bit-identical — then
     scaled, biased, rounded once and stored along y's rows (as :func:`_store_tile_transposed`)."""
-    CHUNK: gl.constexpr = 128 if PIECES <= 2 else 64  # PIECES x CHUNK x BLOCK_N / 256 threads in flight
+    CHUNK: gl.constexpr = min(128 if PIECES <= 2 else 64, BLOCK_M)  # PIECES x CHUNK x BLOCK_N / threads in flight
     layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32 * 4 // BLOCK_N, BLOCK_N // 4],
                                             warps_per_cta=[num_warps, 1], order=[1, 0])
     offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
@@ -315,8 +307,7 @@ def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stri
         sc = gl.load(scale_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)
     if HAS_BIAS:
         bi = gl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(gl.float32)
-    start = st * num_k
-    first = start // sk_len
+    first = st * PIECES
     tile_off = gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout))[:, None] * BLOCK_N \
         + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))[None, :]
     for c in gl.static_range(0, BLOCK_M, CHUNK):
@@ -325,8 +316,7 @@ def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stri
         y = gl.zeros((CHUNK, BLOCK_N), gl.float32, layout)
         for i in gl.static_range(PIECES):
             p = first + i
-            slot = _sk_slot(p, start, sk_len).to(gl.int64)
-            part = gl.load(ws_ptr + slot * (BLOCK_N * BLOCK_M) + c * BLOCK_N + tile_off,
+            part = gl.load(ws_ptr + p.to(gl.int64) * (BLOCK_N * BLOCK_M) + c * BLOCK_N + tile_off,
                            mask=(p != pid) | (not use_own), other=0.0, cache_modifier=".cg")
             if use_own:
                 part = gl.where(p == pid, mine, part)
@@ -341,7 +331,7 @@ def _sk_finish(own, use_own, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stri
 
 
 @gluon.jit
-def _sk_piece(acc, pid, st, num_k, sk_len, last_unit, x_ring, scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N,
+def _sk_piece(acc, pid, st, last_unit, x_ring, scale_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N,
               stride_ym, off_m, off_n, HAS_SCALE: gl.constexpr, HAS_BIAS: gl.constexpr, PIECES: gl.constexpr,
               num_warps: gl.constexpr):
     """A stream-K piece of tile st (its sum in ``acc``). When it is its program's last unit (the ring
@@ -352,8 +342,6 @@ def _sk_piece(acc, pid, st, num_k, sk_len, last_unit, x_ring, scale_ptr, bias_pt
     BLOCK_M: gl.constexpr = acc.shape[1]
     # the x ring (16-bit) can hold the float32 sum: STAGES x BLOCK_K x 2 bytes >= BLOCK_N x 4
     OWN_FITS: gl.constexpr = x_ring.numel * 2 >= BLOCK_N * BLOCK_M * 4
-    start = st * num_k
-    first = start // sk_len
     _grid_wait()  # the counters were zeroed by the previous grid
     seen = gl.atomic_add(cnt_ptr + st, 0, sem="acquire", scope="gpu")
     if OWN_FITS and last_unit & (seen == PIECES - 1):
@@ -362,13 +350,14 @@ def _sk_piece(acc, pid, st, num_k, sk_len, last_unit, x_ring, scale_ptr, bias_pt
         # stores (lanes 8 rows apart) fall in distinct banks
         own = x_ring._reinterpret(gl.float32, [BLOCK_M, BLOCK_N],
                                   gl.SwizzledSharedLayout(vec=4, per_phase=1, max_phase=8, order=[1, 0]))
+        gl.thread_barrier()  # each warpgroup waited for its own wgmmas only: the other's may still read x
         own.store(gl.permute(acc, (1, 0)))
         gl.thread_barrier()
-        _sk_finish(own, True, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
-                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, PIECES, num_warps)
-    elif _sk_store_piece(acc, pid, st, num_k, sk_len, ws_ptr, cnt_ptr):
-        _sk_finish(x_ring, False, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st, num_k,
-                   sk_len, HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, PIECES, num_warps)
+        _sk_finish(own, True, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st,
+                   HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, PIECES, num_warps)
+    elif _sk_store_piece(acc, pid, st, ws_ptr, cnt_ptr, PIECES):
+        _sk_finish(x_ring, False, pid, scale_ptr, bias_ptr, y_ptr, ws_ptr, M, N, stride_ym, off_m, off_n, st,
+                   HAS_SCALE, HAS_BIAS, BLOCK_M, BLOCK_N, PIECES, num_warps)
 
 
 @gluon.jit
@@ -466,7 +455,7 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt
                 _store_tile_transposed(acc, scale_ptr, bias_ptr, y_ptr, M, N, stride_ym, off_m, off_n, not INT4,
                                        HAS_BIAS, BLOCK_M, BLOCK_N, num_warps)
             else:
-                _sk_piece(acc, pid, tile - DP_TILES, num_k, SK_LEN, u == n_units - 1, x_ring, scale_ptr, bias_ptr,
+                _sk_piece(acc, pid, tile - DP_TILES, u == n_units - 1, x_ring, scale_ptr, bias_ptr,
                           y_ptr, ws_ptr, cnt_ptr, M, N, stride_ym, off_m, off_n, not INT4, HAS_BIAS, SK_PIECES,
                           num_warps)
         else:
@@ -548,22 +537,26 @@ def _ring_stages(cfg: dict, num_k: int) -> int:
     return min(int(cfg["num_stages"]), num_k + 1)  # a refill reaches at most into the next unit
 
 
-def stream_k_split(M: int, N: int, K: int, cfg: dict, num_sms: int) -> tuple[int, int, int] | None:
+def stream_k_split(M: int, N: int, K: int, cfg: dict, num_sms: int, block_k: int | None = None
+                   ) -> tuple[int, int, int] | None:
     """(dp_tiles, sk_tiles, sk_len) when ``cfg`` asks for stream-K (``STREAM_K``, persistent) and the
     last wave is at most half full: the first dp_tiles tiles (whole waves) are computed whole, and the
     K steps of the last sk_tiles tiles are dealt out in ranges of sk_len steps, one per program.
     sk_len divides the tile's K steps, so every range is one piece of one tile (one store or one
     combine per program, no program cut twice); it is the shortest such length that the programs can
     cover, even (the loop is unrolled by two), at least STAGES - 1 (a refill never skips a unit) and
-    at least num_k / SK_MAX_PIECES. None: plain persistent tiles (a last wave
-    more than half full gains less than the pieces cost: notes/int8_weight_only.md, round 8)."""
-    if not (cfg.get("STREAM_K") and cfg.get("PERSISTENT")):
+    at least num_k / SK_MAX_PIECES. ``block_k``: the K step the kernel runs (int4 clamps BLOCK_K to the
+    group size; default the config's). None: plain persistent tiles (a last wave more than half full
+    gains less than the pieces cost: notes/int8_weight_only.md, round 8), or tiles the combine does not
+    take (BLOCK_N over 128: 4 N-lanes a thread; BLOCK_M not a multiple of 64)."""
+    if not (cfg.get("STREAM_K") and cfg.get("PERSISTENT")) or int(cfg["BLOCK_N"]) > 128 \
+            or int(cfg["BLOCK_M"]) % 64:
         return None
     tiles = ceil_div(M, int(cfg["BLOCK_M"])) * ceil_div(N, int(cfg["BLOCK_N"]))
     sk_tiles = tiles % num_sms
     if tiles <= num_sms or sk_tiles == 0 or 2 * sk_tiles > num_sms:
         return None
-    num_k = 2 * ceil_div(K, 2 * int(cfg["BLOCK_K"]))
+    num_k = 2 * ceil_div(K, 2 * (block_k or int(cfg["BLOCK_K"])))
     least = max(ceil_div(sk_tiles * num_k, num_sms), ceil_div(num_k, SK_MAX_PIECES.value),
                 _ring_stages(cfg, num_k) - 1)
     for sk_len in range(least, num_k):
@@ -576,16 +569,17 @@ def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group
     """The register-operand kernel; ``zero`` None: int8 weights (per-channel scale in the epilogue),
     else packed int4 (group-wise zero-point and scale in the conversion). ``PERSISTENT``: one program
     per SM, each looping over its tiles; ``STREAM_K`` (:func:`stream_k_split`): the output's allocation
-    also holds the pieces' float32 sums (two slots of BLOCK_N x BLOCK_M per program) and the tiles'
-    arrival counters, which a one-program kernel zeroes first; the GEMM is launched as its programmatic
-    dependent and waits for it (``griddepcontrol.wait``) only before its first count."""
+    also holds the pieces' float32 sums (a BLOCK_N x BLOCK_M slot per piece) and the tiles' arrival
+    counters, which a one-program kernel zeroes first; the GEMM is launched as its programmatic
+    dependent (its programs start as soon as that kernel has triggered) and waits for it
+    (``griddepcontrol.wait``) only before its first count."""
     bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
     bk = x_desc.block_shape[1]
     warps = int(cfg["num_warps"])
     int4 = zero is not None
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
     sms = _num_sms(x.device.index or 0)
-    split = stream_k_split(M, N, K, cfg, sms) if cfg.get("PERSISTENT") else None
+    split = stream_k_split(M, N, K, cfg, sms, bk)
     grid = (min(tiles, sms) if cfg.get("PERSISTENT") else tiles,)
     num_k = 2 * ceil_div(K, 2 * bk)
     opts = {}
@@ -595,10 +589,10 @@ def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group
         dp_tiles, sk_tiles, sk_len = tiles, 0, 0
     else:
         dp_tiles, sk_tiles, sk_len = split
-        slots = 2 * grid[0] * bn * bm * 4
+        slots = sk_tiles * (num_k // sk_len) * bn * bm * 4  # a float32 tile per piece
         out, work = out_with_workspace(M, N, x.dtype, x.device, slots + 4 * sk_tiles)
         ws, cnt = work[:slots].view(torch.float32), work[slots:].view(torch.int32)
-        zero_int32(cnt)
+        zero_int32(cnt, launch_dependents=True)
         opts["launch_pdl"] = True
     _wo_rs_fast[grid](x_desc, w_desc, scale, zero if int4 else scale, bias if bias is not None else scale, out,
                       ws, cnt, M, N, K, groups, out.stride(0), dp_tiles, sk_tiles, sk_len,

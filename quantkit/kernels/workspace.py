@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from quantkit.kernels.launch import cached
 from quantkit.reference.common import ceil_div
@@ -25,7 +26,9 @@ def out_with_workspace(M: int, N: int, dtype: torch.dtype, device, ws_bytes: int
 
 
 @triton.jit
-def _zero_i32_kernel(ptr, n, BLOCK: tl.constexpr):
+def _zero_i32_kernel(ptr, n, BLOCK: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
+    if LAUNCH_DEPENDENTS:
+        gdc_launch_dependents()
     offs = tl.arange(0, BLOCK)
     tl.store(ptr + offs, tl.zeros([BLOCK], tl.int32), mask=offs < n)
 
@@ -33,8 +36,10 @@ def _zero_i32_kernel(ptr, n, BLOCK: tl.constexpr):
 _zero_i32 = cached(_zero_i32_kernel)
 
 
-def zero_int32(t: torch.Tensor) -> None:
+def zero_int32(t: torch.Tensor, launch_dependents: bool = False) -> None:
     """Zero a small int32 vector (counters) with one single-program launch through the launch cache
-    (a launch plan replays it; ``Tensor.zero_`` would make the call unplannable)."""
+    (a launch plan replays it; ``Tensor.zero_`` would make the call unplannable). ``launch_dependents``
+    (sm_90): a kernel launched next as its programmatic dependent may start at once; it must wait
+    (``griddepcontrol.wait``) before it reads the vector."""
     n = t.numel()
-    _zero_i32[(1,)](t, n, BLOCK=triton.next_power_of_2(max(n, 1)))
+    _zero_i32[(1,)](t, n, BLOCK=triton.next_power_of_2(max(n, 1)), LAUNCH_DEPENDENTS=launch_dependents)

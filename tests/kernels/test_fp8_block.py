@@ -351,6 +351,8 @@ def test_bad_configs_are_rejected():
         fk._check_config(dict(fk._swap(64, 64, 2, 4, 3, False), PDL=1), 128)
     with pytest.raises(ValueError, match="PDL"):
         fk._check_config(dict(fk._tiled(64, 128, 4, 3, False), PDL=True), 128)
+    with pytest.raises(ValueError, match="PDL"):
+        fk._check_config(dict(fk._cublas(), PDL=True), 128)
 
 
 def test_launchers_reject_bad_inputs(kernel_device):

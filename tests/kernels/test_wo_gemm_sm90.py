@@ -179,19 +179,20 @@ def test_candidates_are_offered_for_large_m_and_wide_decode_layers():
         assert got == offered, (m, n)
 
 
-def _kernel_schedule(M, N, K, cfg, sms):
-    """A Python model of _wo_rs_kernel's work and load schedule (its index arithmetic, step by step):
-    per program, the units (tile, kb, nk) it computes and the (tile, K step) each global step's TMA
-    load fetches, following the kernel's refill rule (current or next unit only)."""
+def _kernel_schedule(M, N, K, cfg, sms, bk):
+    """A Python model of _wo_rs_kernel's work and load schedule (its index arithmetic, step by step)
+    with K steps of ``bk`` (the descriptor's: int4 clamps BLOCK_K to the group): per program, the units
+    (tile, kb, nk) it computes and the (tile, K step) each global step's TMA load fetches, following
+    the kernel's refill rule (current or next unit only)."""
     from quantkit.kernels import wo_gemm_sm90 as g
     from quantkit.reference.common import ceil_div
 
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
     nprog = min(tiles, sms)
     num_k = 2 * ceil_div(K, 2 * bk)
     stages = g._ring_stages(cfg, num_k)
-    split = g.stream_k_split(M, N, K, cfg, sms)
+    split = g.stream_k_split(M, N, K, cfg, sms, bk)
     dp_tiles, sk_tiles, sk_len = split if split else (tiles, 0, 0)
     programs = []
     for pid in range(nprog):
@@ -232,27 +233,30 @@ def _kernel_schedule(M, N, K, cfg, sms):
     return programs, dict(tiles=tiles, num_k=num_k, stages=stages, split=split, nprog=nprog)
 
 
-@pytest.mark.parametrize("M,N,K,stages,sms", [
-    (1024, 14336, 4096, 4, 132),   # 448 tiles: 3 waves + 52 tiles, halves
-    (1024, 14336, 4096, 5, 132),
-    (4096, 14336, 4096, 4, 132),   # 1792 tiles: 13 waves + 76 (more than half a wave: plain)
-    (4096, 4096, 4096, 5, 7),      # 512 tiles on 7 SMs: 73 waves + 1 tile in quarters
-    (2048, 128256, 4096, 4, 132),  # the lm_head at prefill: 8016 tiles, 60 waves + 96 (plain)
-    (1030, 4096, 4096, 4, 132),    # 160 tiles: 1 wave + 28 tiles in quarters
-    (2000, 2304, 128, 4, 132),     # 2 K steps: no piece can be cut
-    (1000, 2000, 1040, 5, 7),      # 64 tiles on 7 SMs, 18 K steps (q = 6): 9 waves + 1 tile in thirds
-    (4096, 4096, 4096, 4, 128),    # whole waves: no stream-K
+@pytest.mark.parametrize("M,N,K,stages,sms,bk", [
+    (1024, 14336, 4096, 4, 132, 64),   # 448 tiles: 3 waves + 52 tiles, halves
+    (1024, 14336, 4096, 5, 132, 64),
+    (1024, 14336, 4096, 4, 132, 32),   # int4 group 32 (K steps of 32): quarters
+    (4096, 14336, 4096, 4, 132, 64),   # 1792 tiles: 13 waves + 76 (more than half a wave: plain)
+    (4096, 4096, 4096, 5, 7, 64),      # 512 tiles on 7 SMs: 73 waves + 1 tile in quarters
+    (2048, 128256, 4096, 4, 132, 64),  # the lm_head at prefill: 8016 tiles, 60 waves + 96 (plain)
+    (1030, 4096, 4096, 4, 132, 64),    # 160 tiles: 1 wave + 28 tiles in quarters
+    (1030, 4096, 4096, 4, 132, 32),    # group 32: 128 K steps, 28 tiles in quarters of 32
+    (2000, 2304, 128, 4, 132, 64),     # 2 K steps: no piece can be cut
+    (1000, 2000, 1040, 5, 7, 64),      # 64 tiles on 7 SMs, 18 K steps: 9 waves + 1 tile in thirds
+    (4096, 4096, 4096, 4, 128, 64),    # whole waves: no stream-K
 ])
-def test_stream_k_schedule_model(M, N, K, stages, sms):
-    """Every (tile, K step) is computed exactly once; every unit is even and at least STAGES - 1
-    steps (the refill rule reaches into the next unit only), every step is loaded exactly once with
-    the right tile and K step; the pieces of a split tile have distinct workspace slots and their
-    count is what the combining program expects."""
+def test_stream_k_schedule_model(M, N, K, stages, sms, bk):
+    """Every (tile, K step) is computed exactly once, within the grid; every unit is even and at least
+    STAGES - 1 steps (the refill rule reaches into the next unit only), every step is loaded exactly
+    once with the right tile and K step; a program holds at most one piece, and the pieces of tile st
+    are programs st·PIECES .. st·PIECES + PIECES - 1 in K order (their workspace slots and the order
+    in which the combining program adds them)."""
     from quantkit.kernels import int8_weight_only as k
     from quantkit.kernels import wo_gemm_sm90 as g
 
     cfg = k._tma_wgmma_config(256, 128, 64, 8, stages, stream_k=True)
-    programs, info = _kernel_schedule(M, N, K, cfg, sms)
+    programs, info = _kernel_schedule(M, N, K, cfg, sms, bk)
     num_k, split = info["num_k"], info["split"]
     rest = info["tiles"] % sms
     cuts = [n for n in range(2, num_k) if num_k % n == 0 and n % 2 == 0 and n >= info["stages"] - 1
@@ -273,17 +277,12 @@ def test_stream_k_schedule_model(M, N, K, stages, sms):
                 assert (t, kk) not in covered, f"tile {t} step {kk} twice"
                 covered[(t, kk)] = pid
             if nk < num_k:
-                st = t - split[0]
-                slot = 2 * pid + (1 if pid * split[2] < st * num_k else 0)
-                pieces.setdefault(st, []).append((pid, slot))
+                pieces.setdefault(t - split[0], []).append((pid, kb))
     assert len(covered) == info["tiles"] * num_k
-    slots = [slot for ps in pieces.values() for _, slot in ps]
-    assert len(set(slots)) == len(slots) and max(slots, default=0) < 2 * info["nprog"]
     for st, ps in pieces.items():
-        assert 2 <= len(ps) <= g.SK_MAX_PIECES.value, (st, ps)
-        first, last = (st * num_k) // split[2], (st * num_k + num_k - 1) // split[2]
-        assert [p for p, _ in ps] == list(range(first, last + 1)), (st, ps)
-        assert [s for _, s in ps] == [2 * p + (p * split[2] < st * num_k) for p in range(first, last + 1)]
+        n = num_k // split[2]
+        assert 2 <= n <= g.SK_MAX_PIECES.value
+        assert ps == [(st * n + i, i * split[2]) for i in range(n)], (st, ps)
 
 
 def test_falls_back_where_it_cannot_run(kernel_device):
@@ -345,6 +344,7 @@ _INT4_CASES = [  # (M, N, K, group, dtype, bias): M, N and K tails, every group 
     (520, 136, 3328, 256, torch.bfloat16, True),    # 13 K steps: the odd step is zero-filled
     (2000, 2304, 128, 128, torch.bfloat16, False),  # 2 K steps, 144 tiles: persistent refills cross tiles
     (1030, 4096, 4096, 64, torch.float16, True),    # 160 tiles: stream-K pieces across group boundaries
+    (1030, 4096, 4096, 32, torch.bfloat16, False),  # stream-K with K steps of 32 (BLOCK_K clamped to the group)
 ]
 
 
