@@ -655,6 +655,10 @@ def _check_config(config: dict) -> None:
 
     if config["kernel"] == "decode" and (config["DK"] not in (64, 128) or config["WK"] * config["WM"] > 16):
         raise ValueError(f"int4_weight_only decode config: DK must be 64 or 128 and WK·WM <= 16, got {config!r}")
+    if config["kernel"] == "tma_wgmma":
+        from quantkit.kernels.wo_gemm_sm90 import check_config
+
+        check_config(config, "int4_weight_only", weight_bits=4)
     if config["kernel"] == "dequant_mm" and config["BLOCK_K"] < 8:
         raise ValueError(f"int4_weight_only dequant_mm config: BLOCK_K must be >= 8 (one word), got {config!r}")
 

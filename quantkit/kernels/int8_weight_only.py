@@ -585,6 +585,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     if config.get("kernel") == "tma_wgmma":
         from quantkit.kernels import wo_gemm_sm90
 
+        wo_gemm_sm90.check_config(config, FAMILY)
         if wo_gemm_sm90.usable(x, weight_q):
             return wo_gemm_sm90.launch(x, weight_q, weight_scale, bias, config)
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)

@@ -497,6 +497,39 @@ def _is_sm90(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
 
 
+_SMEM_BYTES = 232448  # what one CTA may use on sm_90
+
+
+def check_config(cfg: dict, family: str, weight_bits: int = 8) -> None:
+    """Raise ValueError naming ``family`` for a ``tma_wgmma`` config this kernel cannot compile or run
+    (``weight_bits`` 8, or 4 for packed int4 weight tiles of BLOCK_K / 2 bytes a row):
+    BLOCK_M x rows a power of two in [16, 256] (one wgmma instruction's N), num_warps 4 or 8 (whole
+    warpgroups), BLOCK_N a multiple of 16 x num_warps (16 weight rows per warp), BLOCK_K a power of
+    two in [32, 256], num_stages >= 2 (the ring refills the slot of the step before), the ring within
+    an H100 CTA's shared memory, PERSISTENT and STREAM_K booleans."""
+    def bad(why: str):
+        raise ValueError(f"{family} tma_wgmma config: {why}, got {cfg!r}")
+
+    ints = {k: cfg.get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")}
+    if any(not isinstance(v, int) or isinstance(v, bool) for v in ints.values()):
+        bad("BLOCK_M, BLOCK_N, BLOCK_K, num_warps and num_stages must be ints")
+    bm, bn, bk, warps, stages = ints.values()
+    if bm not in (16, 32, 64, 128, 256):
+        bad("BLOCK_M must be a power of two in [16, 256]")
+    if warps not in (4, 8):
+        bad("num_warps must be 4 or 8 (whole warpgroups)")
+    if bn < 16 * warps or bn % (16 * warps):
+        bad(f"BLOCK_N must be a multiple of 16 x num_warps = {16 * warps}")
+    if bk not in (32, 64, 128, 256):
+        bad("BLOCK_K must be a power of two in [32, 256]")
+    if stages < 2:
+        bad("num_stages must be >= 2")
+    if stages * (bm * bk * 2 + bn * bk * weight_bits // 8) > _SMEM_BYTES:
+        bad(f"the ring (num_stages x the x and weight tiles) must fit {_SMEM_BYTES} bytes of shared memory")
+    if any(not isinstance(cfg.get(k, False), bool) for k in ("PERSISTENT", "STREAM_K")):
+        bad("PERSISTENT and STREAM_K must be booleans")
+
+
 def usable(x: torch.Tensor, weight_q: torch.Tensor) -> bool:
     """Whether the kernel can take x and the weight's bytes [N, K] (int8) or [N, K / 2] (packed int4):
     see the module docstring's requirements."""

@@ -299,6 +299,27 @@ def test_falls_back_where_it_cannot_run(kernel_device):
     _assert_within(y, exact, bound, "fallback")
 
 
+@pytest.mark.parametrize("change,why", [
+    (dict(BLOCK_M=96), "BLOCK_M"), (dict(BLOCK_M=512), "BLOCK_M"), (dict(num_warps=2), "num_warps"),
+    (dict(BLOCK_N=64), "multiple of 16 x num_warps"), (dict(BLOCK_K=16), "BLOCK_K"), (dict(num_stages=1), "num_stages"),
+    (dict(num_stages=7), "shared memory"), (dict(BLOCK_K=64.0), "ints"), (dict(STREAM_K=1), "booleans"),
+])
+def test_bad_gluon_gemm_configs_are_rejected(kernel_device, change, why):
+    """A tma_wgmma config the Gluon kernel cannot compile or run is refused with a ValueError naming
+    the family and the key, on every device (before any fallback), for int8 and int4 alike."""
+    from quantkit.kernels import int4_weight_only as k4
+    from quantkit.kernels import int8_weight_only as k
+
+    cfg = dict(k._tma_wgmma_config(256, 128, 64, 8, 4, stream_k=True), **change)
+    weight_q, weight_scale = quantize_weight_int8_per_channel(torch.randn(64, 128, device=kernel_device) * 0.02)
+    x = torch.randn(32, 128, device=kernel_device).to(torch.bfloat16)
+    with pytest.raises(ValueError, match=f"int8_weight_only tma_wgmma config: .*{why}"):
+        k.linear(x, weight_q, weight_scale, config=cfg)
+    if why != "shared memory":  # packed int4 tiles are half the bytes: 7 stages of them fit
+        with pytest.raises(ValueError, match="int4_weight_only (tma_wgmma )?config"):  # (its own checks run first)
+            k4._check_config(dict(k4._tma_wgmma(stream_k=True), **change))
+
+
 @pytest.mark.slow
 def test_every_candidate_compiles_for_sm90():
     run_sm90_check("from tests.kernels.test_wo_gemm_sm90 import _compile_main; _compile_main()")
