@@ -196,29 +196,37 @@ def _rs_refill(g, kk, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, x_desc, 
 
 
 @gluon.jit
-def _rs_group(k, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype: gl.constexpr, BLOCK_K: gl.constexpr,
-              GROUP_SIZE: gl.constexpr, INT4: gl.constexpr):
-    """int4: (magic + z, s) of K step k's group for this thread's weight rows (zeros past K)."""
+def _rs_group(k, s_rows, z_rows, row_ok, K, dtype: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_SIZE: gl.constexpr,
+              INT4: gl.constexpr):
+    """int4: (magic + z, s) of K step k's group for this thread's weight rows (s_rows, z_rows: each
+    row's first scale and zero-point; zeros past N or K). magic + z is built in the 16-bit pattern
+    itself: z <= 15 falls in the mantissa of bf16 128 (0x4300) or fp16 1024 (0x6400), exactly (one
+    OR, where a float conversion and add took three instructions)."""
     if INT4:
-        ok = (offs_n < N) & (k * BLOCK_K < K)
-        idx = offs_n * GROUPS + (k * BLOCK_K) // GROUP_SIZE
-        s = gl.load(s_ptr + idx, mask=ok, other=0.0).to(dtype)
-        z = gl.load(z_ptr + idx, mask=ok, other=0).to(gl.float32)
-        magic: gl.constexpr = 128.0 if dtype == gl.bfloat16 else 1024.0
-        return (z + magic).to(dtype), s
+        ok = row_ok & (k * BLOCK_K < K)
+        grp = (k * BLOCK_K) // GROUP_SIZE
+        s = gl.load(s_rows + grp, mask=ok, other=0.0).to(dtype)
+        z = gl.load(z_rows + grp, mask=ok, other=0)
+        MAGIC: gl.constexpr = 0x4300 if dtype == gl.bfloat16 else 0x6400
+        return (z.to(gl.int16) | MAGIC).to(dtype, bitcast=True), s
     else:
         return 0.0, 0.0
 
 
 @gluon.jit
-def _rs_step(g, kc, acc, zm, s, s_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready, use_acc: gl.constexpr,
+def _rs_step(g, kc, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready, use_acc: gl.constexpr,
              a_layout: gl.constexpr, P_LAYOUT: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
-             INT4: gl.constexpr):
-    """Global step g (K step kc of its tile): load the next K step's zero-points and scales (int4: one
-    step ahead of their use), wait for the ring slot, convert the weight tile into A registers, issue
-    the wgmma. Returns (acc, a, zm', s')."""
+             INT4: gl.constexpr, LOAD_NEXT: gl.constexpr):
+    """Global step g (K step kc of its unit): int4 with LOAD_NEXT, load step kc + 1's zero-points and
+    scales (one step ahead of their use; without it, step kc + 1 is in kc's group and they carry
+    over); wait for the ring slot, convert the weight tile into A registers, issue the wgmma.
+    Returns (acc, a, zm', s')."""
     dtype: gl.constexpr = x_ring.dtype
-    zm_next, s_next = _rs_group(kc + 1, s_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
+    if INT4 and LOAD_NEXT:
+        zm_next, s_next = _rs_group(kc + 1, s_rows, z_rows, row_ok, K, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
+    else:
+        zm_next = zm
+        s_next = s
     st = g % STAGES
     mbarrier.wait(ready.index(st), (g // STAGES) & 1)
     if INT4:
@@ -422,30 +430,42 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt
         noff_m, noff_n = _tile_offsets(ntile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         if INT4:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
+            row_ok = offs_n < N
+            s_rows = scale_ptr + offs_n * GROUPS
+            z_rows = z_ptr + offs_n * GROUPS
         else:
-            offs_n = off_n
-        zm, s = _rs_group(kb, scale_ptr, z_ptr, offs_n, N, K, GROUPS, dtype, BLOCK_K, GROUP_SIZE, INT4)
+            row_ok = True
+            s_rows = scale_ptr
+            z_rows = z_ptr
+        zm, s = _rs_group(kb, s_rows, z_rows, row_ok, K, dtype, BLOCK_K, GROUP_SIZE, INT4)
+        # int4: a group is STEPS_PER_GROUP K steps, a power of two, and units start at even steps; with
+        # two or more steps per group an odd step never starts one, so only the steps before even
+        # steps load the next group's zero-points and scales. Each of those loads (address, mask and
+        # the wait for its result) was ~20 instructions a step on the critical path: 3-8 % of the
+        # int4 GEMM at M >= 1024 (notes/int4_weight_only.md, round 9).
+        STEPS_PER_GROUP: gl.constexpr = GROUP_SIZE // BLOCK_K
         acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
         # The unit's first step with use_acc=False: the accumulator entering the loop is defined by a
         # wgmma (C7515). Its retire refills the slot of the previous unit's last step (the first
         # unit's slots were all filled above, so not in the first unit).
-        acc, a0, zm, s = _rs_step(g0, kb, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring, w_ring, ready,
-                                  False, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+        acc, a0, zm, s = _rs_step(g0, kb, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready,
+                                  False, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, STEPS_PER_GROUP == 1)
         acc = _rs_retire(g0, 0, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc, w_desc, x_ring,
                          w_ring, ready, u > 0, STAGES)
         # Two steps per trip, each with its own A registers (a1, a0): a step's conversion never
         # writes the registers of the wgmma still in flight. Units are an even number of steps.
         for k in range(1, nk - 1, 2):
-            acc, a1, zm, s = _rs_step(g0 + k, kb + k, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS, x_ring,
-                                      w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+            acc, a1, zm, s = _rs_step(g0 + k, kb + k, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring,
+                                      w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, True)
             acc = _rs_retire(g0 + k, k, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc, w_desc,
                              x_ring, w_ring, ready, True, STAGES)
-            acc, a0, zm, s = _rs_step(g0 + k + 1, kb + k + 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS,
-                                      x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+            acc, a0, zm, s = _rs_step(g0 + k + 1, kb + k + 1, acc, zm, s, s_rows, z_rows, row_ok, K,
+                                      x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4,
+                                      STEPS_PER_GROUP == 1)
             acc = _rs_retire(g0 + k + 1, k + 1, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc,
                              w_desc, x_ring, w_ring, ready, True, STAGES)
-        acc, a1, zm, s = _rs_step(g0 + nk - 1, kb + nk - 1, acc, zm, s, scale_ptr, z_ptr, offs_n, N, K, GROUPS,
-                                  x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4)
+        acc, a1, zm, s = _rs_step(g0 + nk - 1, kb + nk - 1, acc, zm, s, s_rows, z_rows, row_ok, K,
+                                  x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, False)
         # Every step but the program's first refills the slot of the step before it, the last step of
         # a unit included (the next unit's loads): each step is loaded exactly once.
         acc = _rs_retire(g0 + nk - 1, nk - 1, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc,

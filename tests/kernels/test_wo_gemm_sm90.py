@@ -272,7 +272,8 @@ def test_stream_k_schedule_model(M, N, K, stages, sms, bk):
         assert prog["loads"] == prog["steps"], f"program {pid}: loads differ from the steps computed"
         assert sum(nk < num_k for _, _, nk in prog["units"]) <= 1, f"program {pid} holds two pieces"
         for t, kb, nk in prog["units"]:
-            assert nk % 2 == 0 and nk >= max(2, info["stages"] - 1), (pid, t, kb, nk)
+            # even units from even steps: the int4 group loads rely on it (odd steps never start a group)
+            assert kb % 2 == 0 and nk % 2 == 0 and nk >= max(2, info["stages"] - 1), (pid, t, kb, nk)
             for kk in range(kb, kb + nk):
                 assert (t, kk) not in covered, f"tile {t} step {kk} twice"
                 covered[(t, kk)] = pid
@@ -366,6 +367,7 @@ _INT4_CASES = [  # (M, N, K, group, dtype, bias): M, N and K tails, every group 
     (2000, 2304, 128, 128, torch.bfloat16, False),  # 2 K steps, 144 tiles: persistent refills cross tiles
     (1030, 4096, 4096, 64, torch.float16, True),    # 160 tiles: stream-K pieces across group boundaries
     (1030, 4096, 4096, 32, torch.bfloat16, False),  # stream-K with K steps of 32 (BLOCK_K clamped to the group)
+    (1030, 4096, 3328, 256, torch.bfloat16, True),  # 4 K steps a group; stream-K halves start mid-group (step 26)
 ]
 
 
