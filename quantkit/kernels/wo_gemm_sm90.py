@@ -222,11 +222,6 @@ def _rs_step(g, kc, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready
     over); wait for the ring slot, convert the weight tile into A registers, issue the wgmma.
     Returns (acc, a, zm', s')."""
     dtype: gl.constexpr = x_ring.dtype
-    if INT4 and LOAD_NEXT:
-        zm_next, s_next = _rs_group(kc + 1, s_rows, z_rows, row_ok, K, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
-    else:
-        zm_next = zm
-        s_next = s
     st = g % STAGES
     mbarrier.wait(ready.index(st), (g // STAGES) & 1)
     if INT4:
@@ -234,6 +229,15 @@ def _rs_step(g, kc, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready
     else:
         a = _int8_pairs_to_16bit(w_ring.index(st).load(a_layout), dtype)
     acc = warpgroup_mma(a, x_ring.index(st).permute((1, 0)), acc, use_acc=use_acc, is_async=True)
+    # After the wgmma is issued, not before: the fence ahead of a wgmma (WARPGROUP.ARRIVE) waits for
+    # every register write in flight, loads included, so a load issued earlier in the step would
+    # hold this step's wgmma back by its whole latency; from here it has the step's retire and the
+    # next step's conversion to arrive in.
+    if INT4 and LOAD_NEXT:
+        zm_next, s_next = _rs_group(kc + 1, s_rows, z_rows, row_ok, K, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
+    else:
+        zm_next = zm
+        s_next = s
     return acc, a, zm_next, s_next
 
 
