@@ -592,6 +592,12 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def k_steps(K: int, block_k: int) -> int:
+    """The K steps a tile takes: rounded up to an even count (the kernel's loop is unrolled by two; TMA
+    zero-fills a step past K), as the kernel computes its num_k."""
+    return 2 * ceil_div(K, 2 * block_k)
+
+
 def _ring_stages(cfg: dict, num_k: int) -> int:
     return min(int(cfg["num_stages"]), num_k + 1)  # a refill reaches at most into the next unit
 
@@ -615,7 +621,7 @@ def stream_k_split(M: int, N: int, K: int, cfg: dict, num_sms: int, block_k: int
     sk_tiles = tiles % num_sms
     if tiles <= num_sms or sk_tiles == 0 or 2 * sk_tiles > num_sms:
         return None
-    num_k = 2 * ceil_div(K, 2 * (block_k or int(cfg["BLOCK_K"])))
+    num_k = k_steps(K, block_k or int(cfg["BLOCK_K"]))
     least = max(ceil_div(sk_tiles * num_k, num_sms), ceil_div(num_k, SK_MAX_PIECES.value),
                 _ring_stages(cfg, num_k) - 1)
     for sk_len in range(least, num_k):
@@ -640,7 +646,7 @@ def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group
     sms = _num_sms(x.device.index or 0)
     split = stream_k_split(M, N, K, cfg, sms, bk)
     grid = (min(tiles, sms) if cfg.get("PERSISTENT") else tiles,)
-    num_k = 2 * ceil_div(K, 2 * bk)
+    num_k = k_steps(K, bk)
     opts = {}
     if split is None:
         out = torch.empty((M, N), dtype=x.dtype, device=x.device)
