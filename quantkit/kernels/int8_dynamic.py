@@ -654,7 +654,9 @@ def default_config(M: int, N: int, K: int) -> dict:
         if K >= 8192:
             return _two_pass(128, 128, 128, 8, 4, split_k=min(8, max(2, triton.next_power_of_2(128 // tiles))))
         return _two_pass(64, 64, 128, 4, 4)
-    return _two_pass(128, 256, 128, 8, 3, mode="tma")
+    # Four stages, not three: 5-10 % faster at M = 1024-4096 on every benchmark shape (H100 probe,
+    # notes/int8_dynamic.md, round 10); 4 x 48 KB of operand tiles fit (the epilogue stores from registers).
+    return _two_pass(128, 256, 128, 8, 4, mode="tma")
 
 
 def _fused_default(N: int) -> dict:
@@ -677,10 +679,11 @@ _FUSED_CANDIDATES = [_fused(64, 256, 8, 3), _stream(32, 128, 4, 3, bm=8)] + _DEC
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
                    _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)]
-_LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 3, mode="tma"), _two_pass(256, 128, 128, 8, 3, mode="tma"),
-                     _two_pass(128, 128, 128, 8, 4, mode="tma"), _two_pass(128, 256, 64, 8, 4, mode="tma"),
-                     _two_pass(128, 256, 128, 8, 3, mode="persistent"),
-                     _two_pass(128, 256, 128, 8, 3, mode="tma", pdl=True)]
+_LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 4, mode="tma"), _two_pass(256, 128, 128, 8, 4, mode="tma"),
+                     _two_pass(256, 128, 128, 8, 3, mode="tma"), _two_pass(128, 256, 128, 8, 4, mode="persistent"),
+                     _two_pass(256, 128, 128, 8, 3, mode="persistent"),
+                     _two_pass(128, 256, 128, 8, 4, mode="tma", pdl=True),
+                     _two_pass(256, 128, 128, 8, 4, mode="tma", pdl=True)]
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
@@ -704,17 +707,27 @@ def make_bench_inputs(N: int, K: int, dtype: torch.dtype = torch.bfloat16) -> tu
 
 # --------------------------------------------------------------------------- launchers
 def _quant_rows_into(t: torch.Tensor, q: torch.Tensor, stride_q: int, s: torch.Tensor, s_off: int,
-                     block_k: int | None = None, launch_dependents: bool = False) -> None:
+                     block_k: int | None = None, launch_dependents: bool = False, block_r: int | None = None,
+                     warps: int | None = None) -> None:
     """Quantize the rows of ``t`` [R, K]: codes into ``q`` (row stride ``stride_q``), float32 scales
-    at element ``s_off`` of ``s`` (a float32 tensor, or the int8 workspace with a byte offset)."""
+    at element ``s_off`` of ``s`` (a float32 tensor, or the int8 workspace with a byte offset).
+    ``block_k``, ``block_r``, ``warps``: the launch shape (K chunk, rows a program, warps), chosen from
+    R and K when not given; every shape writes the same codes and scales."""
     R, K = t.shape
     if block_k is None:
         block_k = triton.next_power_of_2(K) if K <= _SINGLE_PASS_MAX_K else 8192
     single = block_k >= K
     # <= 8K elements per program (16 a thread at 16 warps: two 16-byte loads of bf16), but at least
     # ~128 programs when there are rows enough.
-    block_r = max(1, min(8192 // block_k, triton.next_power_of_2(max(1, R // 128))))
-    warps = max(1, min(16, block_r * block_k // 512))
+    if block_r is None and warps is None and single and block_k >= 4096 and R >= 1024:
+        # Large M: one row a program, 32 elements a thread (K = 4096: 4 warps). At M = 2048-4096 this
+        # beat two rows and 16 elements a thread by 6-10 % (H100 probe, notes/int8_dynamic.md, round 10);
+        # at K = 14336 it is the rule below's own shape (one row, 16 warps).
+        block_r, warps = 1, min(16, block_k // 1024)
+    if block_r is None:
+        block_r = max(1, min(8192 // block_k, triton.next_power_of_2(max(1, R // 128))))
+    if warps is None:
+        warps = max(1, min(16, block_r * block_k // 512))
     _quant_rows_fast[(ceil_div(R, block_r),)](
         t, q, s, s_off, R, _loop_bound(K), t.stride(0), stride_q, EPS=AMAX_EPS, BLOCK_R=block_r, BLOCK_K=block_k,
         SINGLE_PASS=single, LAUNCH_DEPENDENTS=launch_dependents, COMPILED=_COMPILED, num_warps=warps)

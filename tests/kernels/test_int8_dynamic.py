@@ -105,6 +105,19 @@ def test_quantize_act_bit_exact(kernel_device, dtype, shape, block_k):
     assert torch.equal(q, rq), f"{int((q != rq).sum())} codes differ"
 
 
+@pytest.mark.parametrize("shape,launch", [((9, 300), dict(block_k=512, block_r=1, warps=4)),
+                                          ((9, 300), dict(block_k=128, block_r=4, warps=1)),
+                                          ((6, 1030), dict(block_k=2048, block_r=2, warps=2))])
+def test_quantize_act_every_launch_shape(kernel_device, shape, launch):
+    """The launch shape (K chunk, rows a program, warps) changes nothing in the codes and scales."""
+    x = torch.randn(*shape, dtype=torch.bfloat16, device=kernel_device) * 3
+    q = torch.empty(shape, dtype=torch.int8, device=kernel_device)
+    s = torch.empty(shape[0], dtype=torch.float32, device=kernel_device)
+    ik._quant_rows_into(x, q, shape[1], s, 0, **launch)
+    rq, rs = R.quantize_act_int8_per_token(x)
+    assert torch.equal(s, rs) and torch.equal(q, rq), f"launch {launch}"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_quantize_ties_round_half_even(kernel_device, dtype):
     # amax 127 makes the scale exactly 1, so x / scale lands on every half-integer: ties go to even.
