@@ -603,20 +603,24 @@ def quantize_act(x: torch.Tensor, group_size: int = 128, scale_fmt: str | None =
     return q, s
 
 
-def _launch_act_quant(x, q, s, stride_sm, stride_sg, group, ue8m0, launch_dependents=False) -> None:
+def _launch_act_quant(x, q, s, stride_sm, stride_sg, group, ue8m0, launch_dependents=False,
+                      block_m: int | None = None, warps: int = 4) -> None:
+    """``block_m`` rows of one group a program (chosen from the shape when None), ``warps`` warps:
+    the launch shape, which changes nothing in the codes and scales."""
     m, k = x.shape
     if m == 0 or k == 0:
         return
-    # Big inputs: 64 elements per thread (SASS ~17 instructions per element, under the ~28 that
-    # 3 TB/s at 3 bytes per element leaves); smaller tiles while that would leave SMs idle.
     groups = ceil_div(k, group)
-    block_m = max(1, min(triton.next_power_of_2(m), 8192 // group))
-    while x.is_cuda and block_m > 1 and ceil_div(m, block_m) * groups < 256:
-        block_m //= 2
+    if block_m is None:
+        # Big inputs: 64 elements per thread (SASS ~17 instructions per element, under the ~28 that
+        # 3 TB/s at 3 bytes per element leaves); smaller tiles while that would leave SMs idle.
+        block_m = max(1, min(triton.next_power_of_2(m), 8192 // group))
+        while x.is_cuda and block_m > 1 and ceil_div(m, block_m) * groups < 256:
+            block_m //= 2
     grid = (ceil_div(m, block_m), groups)
     _act_quant_fast[grid](x, q, s, m, k, x.stride(0), q.stride(0), stride_sm, stride_sg,
                           BLOCK_M=block_m, GROUP=group, UE8M0=ue8m0, ON_GPU=x.is_cuda,
-                          LAUNCH_DEPENDENTS=launch_dependents, num_warps=4)
+                          LAUNCH_DEPENDENTS=launch_dependents, num_warps=warps)
 
 
 def quantize_weight(weight: torch.Tensor, block_size: int = 128, scale_fmt: str | None = None):
