@@ -49,6 +49,11 @@ cands = {
     "256x128 bk64 s6": i8._two_pass(256, 128, 64, 8, 6, mode="tma"),
     "pers 256x128 s3": i8._two_pass(256, 128, 128, 8, 3, mode="persistent"),
     "pers 128x256 s4": i8._two_pass(128, 256, 128, 8, 4, mode="persistent"),
+    # the second probe (results/round10/probe_int8_dynamic_bk256.log)
+    "256x128 s4 g2": i8._two_pass(256, 128, 128, 8, 4, mode="tma", group_m=2),
+    "128x128 s6": i8._two_pass(128, 128, 128, 8, 6, mode="tma"),
+    "256x128 bk256 s2": i8._two_pass(256, 128, 256, 8, 2, mode="tma"),
+    "128x256 bk256 s2": i8._two_pass(128, 256, 256, 8, 2, mode="tma"),
 }
 for n, k in [(4096, 4096), (14336, 4096), (4096, 14336)]:
     w = (torch.randn(n, k, device="cuda") * 0.02).bfloat16()
