@@ -4,13 +4,19 @@ median / max, as scripts/host_breakdown.py measures), then a cProfile of 300 lay
 
     PYTHONPATH=. python scripts/probe_host_fp8.py
 """
-import cProfile, pstats, io, sys
-sys.path.insert(0, "scripts")
+import cProfile
+import io
+import pstats
+import sys
+
 import torch
+
 import quantkit
-from host_breakdown import host_us
 from quantkit.kernels import fp8_block as f8
-from quantkit.reference.common import ceil_div
+
+sys.path.insert(0, "scripts")
+from host_breakdown import host_us  # noqa: E402
+
 torch.manual_seed(0)
 n = k = 4096
 lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
