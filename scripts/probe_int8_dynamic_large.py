@@ -9,7 +9,6 @@ import torch
 import triton.testing
 import torch.nn.functional as F
 from quantkit.kernels import int8_dynamic as i8
-from quantkit.reference.common import ceil_div
 
 bench = lambda f: triton.testing.do_bench(f, warmup=25, rep=100, return_mode="median") * 1e3  # noqa: E731
 torch.manual_seed(0)
