@@ -79,7 +79,7 @@ from triton.language.extra import libdevice
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from quantkit.kernels.launch import cached
-from quantkit.kernels.workspace import out_with_workspace, zero_int32
+from quantkit.kernels.workspace import out_with_workspace
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.kernels.tuning import get_config
 from quantkit.reference.common import AMAX_EPS, ceil_div
@@ -197,11 +197,14 @@ def _f32_ptr(base, offset):
 
 # --------------------------------------------------------------------------- row quantization
 @triton.jit
-def _quant_rows_block(t_ptr, q_ptr, s_ptr, row0, R, K, stride_tr, stride_qr, EPS: tl.constexpr,
-                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, SINGLE_PASS: tl.constexpr,
-                      COMPILED: tl.constexpr):
-    """Codes and float32 scales (at ``s_ptr``) of rows row0 .. row0 + BLOCK_R - 1 (those < R)."""
-    rows = row0 + tl.arange(0, BLOCK_R)
+def _quant_rows_kernel(t_ptr, q_ptr, s_base, s_off, R, K, stride_tr, stride_qr,
+                       EPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+                       SINGLE_PASS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr, COMPILED: tl.constexpr):
+    if LAUNCH_DEPENDENTS:
+        # Programmatic dependent launch: the GEMM that reads these codes may be scheduled now; it
+        # waits (gdc_wait) for this grid's completion before its first load.
+        gdc_launch_dependents()
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_mask = rows < R
     cols = tl.arange(0, BLOCK_K)
     t_rows = t_ptr + rows.to(tl.int64)[:, None] * stride_tr
@@ -226,62 +229,7 @@ def _quant_rows_block(t_ptr, q_ptr, s_ptr, row0, R, K, stride_tr, stride_qr, EPS
             mask = r_mask[:, None] & (k0 + cols[None, :] < K)
             t = tl.load(t_rows + k0 + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             tl.store(q_rows + k0 + cols[None, :], _codes(t, scale_b, inv_b, COMPILED).to(tl.int8), mask=mask)
-    tl.store(s_ptr + rows, scale, mask=r_mask)
-
-
-@triton.jit
-def _quant_rows_kernel(t_ptr, q_ptr, s_base, s_off, R, K, stride_tr, stride_qr,
-                       EPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-                       SINGLE_PASS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr, COMPILED: tl.constexpr):
-    if LAUNCH_DEPENDENTS:
-        # Programmatic dependent launch: the GEMM that reads these codes may be scheduled now; it
-        # waits (gdc_wait) for this grid's completion before its first load.
-        gdc_launch_dependents()
-    _quant_rows_block(t_ptr, q_ptr, _f32_ptr(s_base, s_off), tl.program_id(0) * BLOCK_R, R, K, stride_tr, stride_qr,
-                      EPS, BLOCK_R, BLOCK_K, SINGLE_PASS, COMPILED)
-
-
-@triton.jit
-def _quant_rows_signal_kernel(t_ptr, q_ptr, s_base, s_off, flag_ptr, R, K, stride_tr, stride_qr, ITERS,
-                              EPS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-                              SINGLE_PASS: tl.constexpr, FLAG_ROWS: tl.constexpr, COMPILED: tl.constexpr):
-    """The row quantization of the overlapped large-M path (``overlap`` configs): a fixed grid whose
-    program p quantizes row blocks p, p + grid, ... (BLOCK_R rows each, so rows complete roughly in
-    order), and after each block counts it in ``flag_ptr[first row // FLAG_ROWS]`` (release): the
-    GEMM's programs wait on the counter of their FLAG_ROWS-row block instead of on this whole grid.
-    Compiled, it is the programmatic dependent of the counters' zeroing (it waits for it) and lets the
-    GEMM launch at once."""
-    if COMPILED:
-        gdc_wait()  # the counters are zero and visible
-        gdc_launch_dependents()  # the GEMM may start: it waits on the counters, never on this grid
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    s_ptr = _f32_ptr(s_base, s_off)
-    for i in range(0, ITERS):
-        row0 = (pid + i * nprog) * BLOCK_R
-        _quant_rows_block(t_ptr, q_ptr, s_ptr, row0, R, K, stride_tr, stride_qr, EPS, BLOCK_R, BLOCK_K,
-                          SINGLE_PASS, COMPILED)
-        # every thread's stores of the block come before the one release that publishes them
-        tl.debug_barrier()
-        tl.atomic_add(flag_ptr + row0 // FLAG_ROWS, 1, mask=row0 < R, sem="release", scope="gpu")
-
-
-@triton.jit
-def _wait_rows(flag_ptr, rows, QUANT_ROWS: tl.constexpr, COMPILED: tl.constexpr):
-    """Wait until the quantization has counted in all ``rows`` rows of this row block (blocks of
-    QUANT_ROWS rows, :func:`_quant_rows_signal_kernel`), then order the codes it wrote before this
-    program's TMA reads of them."""
-    need = (rows + QUANT_ROWS - 1) // QUANT_ROWS
-    done = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="gpu")
-    while done < need:
-        if COMPILED:
-            tl.inline_asm_elementwise("nanosleep.u32 128; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                                      pack=1)
-        done = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="gpu")
-    if COMPILED:
-        # generic-proxy writes (other SMs' stores, acquired above) before async-proxy (TMA) reads
-        tl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
-                                  is_pure=False, pack=1)
+    tl.store(_f32_ptr(s_base, s_off) + rows, scale, mask=r_mask)
 
 
 # --------------------------------------------------------------------------- M = 1: fused GEMV
@@ -472,19 +420,13 @@ def _splitk_reduce_kernel(part_ptr, part_off, a_scale_ptr, a_scale_off, b_scale_
 
 @triton.jit
 def _gemm_tma_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
-                     flag_ptr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WAIT_PRIOR: tl.constexpr,
-                     WAIT_ROWS: tl.constexpr = 0, COMPILED: tl.constexpr = True):
-    """WAIT_PRIOR: wait for the whole previous grid (PDL). WAIT_ROWS > 0 (``overlap``): wait only for
-    this tile's rows of x, counted in ``flag_ptr`` per BLOCK_M-row block by the quantization running
-    alongside in blocks of WAIT_ROWS rows (:func:`_quant_rows_signal_kernel`)."""
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, WAIT_PRIOR: tl.constexpr):
     if WAIT_PRIOR:
         gdc_wait()
     pid_m, pid_n = grouped_pid(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
-    if WAIT_ROWS > 0:
-        _wait_rows(flag_ptr + pid_m, tl.minimum(M - off_m, BLOCK_M), WAIT_ROWS, COMPILED)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
     # TMA fills out-of-bounds rows and columns with zeros: no masks anywhere in the loop.
     for k in range(0, tl.cdiv(K, BLOCK_K)):
@@ -545,7 +487,6 @@ def _gemm_persistent_kernel(a_desc, a_scale_ptr, a_scale_off, b_desc, b_scale_pt
 
 
 _quant_rows_fast = cached(_quant_rows_kernel)
-_quant_rows_signal_fast = cached(_quant_rows_signal_kernel)
 _gemv_fast = cached(_gemv_kernel)
 _fused_dot_fast = cached(_fused_dot_kernel)
 _fused_stream_fast = cached(_fused_stream_kernel)
@@ -645,18 +586,13 @@ def _stream(bn, bk, warps, stages, bm=16) -> dict:
             "num_stages": stages}
 
 
-def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, group_m=8, overlap=False) -> dict:
+def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, group_m=8) -> dict:
     """``pdl``: launch the GEMM (and the split-K reduction) with programmatic dependent launch
     (sm_90+): its CTAs are scheduled while the previous grid finishes and wait for it in-kernel.
     ``split_k``: K split over that many programs per output tile (pointer mode), int32 partials in
-    the workspace, summed by a second kernel. ``overlap`` (``tma`` mode, optional key): the
-    quantization runs alongside the GEMM, whose tiles wait only for their own rows of x
-    (:func:`_overlap_launch`)."""
-    config = {"kernel": "two_pass", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
-              "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages, "mode": mode, "pdl": pdl}
-    if overlap:
-        config["overlap"] = True
-    return config
+    the workspace, summed by a second kernel."""
+    return {"kernel": "two_pass", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group_m,
+            "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages, "mode": mode, "pdl": pdl}
 
 
 def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16) -> dict:
@@ -698,10 +634,6 @@ def _check_config(config: dict) -> None:
         if config["SPLIT_K"] < 1 or (config["SPLIT_K"] > 1 and config["mode"] != "pointer"):
             raise ValueError(f"int8_dynamic two_pass config: SPLIT_K must be >= 1, and 1 unless mode is "
                              f"'pointer', got {config!r}")
-        if config.get("overlap", False) not in (True, False) or (config.get("overlap") and (
-                config["mode"] != "tma" or config["pdl"])):
-            raise ValueError(f"int8_dynamic two_pass config: 'overlap' must be a bool, and True only with mode "
-                             f"'tma' and pdl False, got {config!r}")
 
 
 def default_config(M: int, N: int, K: int) -> dict:
@@ -748,8 +680,7 @@ _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), 
                    _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
                    _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)]
 _LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 4, mode="tma"), _two_pass(256, 128, 128, 8, 4, mode="tma"),
-                     _two_pass(128, 256, 128, 8, 4, mode="tma", overlap=True),
-                     _two_pass(128, 256, 128, 8, 4, mode="persistent"),
+                     _two_pass(256, 128, 128, 8, 3, mode="tma"), _two_pass(128, 256, 128, 8, 4, mode="persistent"),
                      _two_pass(256, 128, 128, 8, 3, mode="persistent"),
                      _two_pass(128, 256, 128, 8, 4, mode="tma", pdl=True),
                      _two_pass(256, 128, 128, 8, 4, mode="tma", pdl=True)]
@@ -830,13 +761,10 @@ def quantize_act(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K,
-                 config: dict, pdl: bool = False, part=None, part_off: int = 0, flags=None,
-                 wait_rows: int = 0) -> torch.Tensor:
+                 config: dict, pdl: bool = False, part=None, part_off: int = 0) -> torch.Tensor:
     """The GEMM on quantized activations: ``a`` holds the codes (row stride ``stride_a``), the float32
     row scales start at element ``a_scale_off`` of ``a_scale``; split-K partials (int32 [SPLIT_K, M,
-    N]) go at byte ``part_off`` of the int8 tensor ``part``. ``flags`` (``tma`` mode only): the
-    per-row-block counters of a quantization still running (:func:`_overlap_launch`), counted in
-    blocks of ``wait_rows`` rows."""
+    N]) go at byte ``part_off`` of the int8 tensor ``part``."""
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
     bias_arg = bias if bias is not None else weight_scale  # never read when HAS_BIAS is False
@@ -880,15 +808,9 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
 
     a_desc = TensorDescriptor(a, [M, K], [stride_a, 1], [bm, bk])
     b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, bk])
-    if flags is not None:
-        if mode != "tma":
-            raise RuntimeError(f"int8_dynamic: the overlapped GEMM needs TMA (mode {mode!r})")
-        common.update(WAIT_PRIOR=False, WAIT_ROWS=wait_rows, COMPILED=_COMPILED)
-        if _COMPILED:
-            common["launch_pdl"] = True
     if mode == "tma":
         _gemm_tma_fast[(tiles,)](a_desc, a_scale, a_scale_off, b_desc, weight_scale, bias_arg, out, M, N,
-                                 _loop_bound(K), out.stride(0), flags if flags is not None else out, **common)
+                                 _loop_bound(K), out.stride(0), **common)
     else:
         progs = min(tiles, sms)
         _gemm_persistent_fast[(progs,)](a_desc, a_scale, a_scale_off, b_desc, weight_scale, bias_arg, out, M, N,
@@ -996,8 +918,6 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
             num_warps=config["num_warps"], num_stages=config["num_stages"], enable_fp_fusion=False)
         return out
 
-    if config.get("overlap") and _overlap_ok(x, weight_q, K, config):
-        return _overlap_launch(x, weight_q, weight_scale, bias, out, M, N, K, config)
     # two_pass: one workspace: the codes [M, Kp] int8, the row scales [M] float32, then the split-K
     # int32 partials [SPLIT_K, M, N] if any (16-byte aligned pieces).
     kp = (K + 15) // 16 * 16
@@ -1007,54 +927,6 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     pdl = config["pdl"] and _COMPILED and _facts(x)[0]
     _quant_rows_into(x, ws, kp, ws, M * kp, launch_dependents=pdl)
     return _gemm_launch(ws, kp, ws, M * kp, weight_q, weight_scale, bias, out, M, N, K, config, pdl, ws, part_off)
-
-
-def _overlap_ok(x, weight_q, K, config) -> bool:
-    """Whether the overlapped path can run: the GEMM's TMA mode (sm_90, or the interpreter) on
-    16-byte rows, no split-K."""
-    return (config["mode"] == "tma" and config["SPLIT_K"] == 1 and _facts(x)[0] and K % 16 == 0
-            and weight_q.data_ptr() % 16 == 0)
-
-
-# The overlapped quantization runs beside a GEMM program on each SM, so it must fit in what that leaves:
-# two programs of 4 warps at <= 64 registers a thread (8 K registers each; the 128 x 256 four-stage GEMM
-# program takes 49 K of the SM's 64 K, 256 x 128 takes 57 K, leaving room for one).
-# Rows of up to 4096 in one pass (32 elements a thread); longer rows in two passes of 2048-wide chunks
-# (the second pass re-reads the row from L2), which keeps 64 registers free of spills (ptxas, sm_90).
-_OVERLAP_WARPS, _OVERLAP_MAXNREG, _OVERLAP_PROGS_PER_SM = 4, 64, 2
-
-
-def _overlap_launch(x, weight_q, weight_scale, bias, out, M, N, K, config) -> torch.Tensor:
-    """The ``overlap`` two-pass path: three launches, each the programmatic dependent of the one
-    before (sm_90), so all three are resident at once:
-
-    1. the per-row-block counters (one int32 per BLOCK_M rows of x, behind the codes and scales in
-       the workspace) are zeroed;
-    2. the row quantization (:func:`_quant_rows_signal_kernel`), a fixed grid of two small programs
-       per SM walking the rows in order and counting each row in its block's counter;
-    3. the GEMM, whose tiles each wait for their own row block's count (spinning on it, with a
-       short sleep) instead of for the whole quantization: the first tiles start after their rows
-       are written, and the rest of the quantization runs under the GEMM.
-
-    No deadlock is possible: the GEMM is launched only once every quantization program has started
-    (PDL), and the quantization waits for nothing. The codes and scales are those of the plain path,
-    so the output is bit-identical."""
-    bm = config["BLOCK_M"]
-    row_blocks = ceil_div(M, bm)
-    flag_off = (M * K + 4 * M + 15) // 16 * 16
-    ws = torch.empty(flag_off + 4 * row_blocks, dtype=torch.int8, device=x.device)
-    flags = ws[flag_off:].view(torch.int32)
-    zero_int32(flags, launch_dependents=_COMPILED)
-    block_k = triton.next_power_of_2(K) if K <= 4096 else 2048
-    quant_rows = 1
-    progs = max(1, min(M, _OVERLAP_PROGS_PER_SM * _facts(x)[1]))
-    opts = dict(launch_pdl=True, maxnreg=_OVERLAP_MAXNREG) if _COMPILED else {}
-    _quant_rows_signal_fast[(progs,)](
-        x, ws, ws, M * K, flags, M, _loop_bound(K), x.stride(0), K, _loop_bound(ceil_div(M, progs * quant_rows)),
-        EPS=AMAX_EPS, BLOCK_R=quant_rows, BLOCK_K=block_k, SINGLE_PASS=block_k >= K, FLAG_ROWS=bm,
-        COMPILED=_COMPILED, num_warps=_OVERLAP_WARPS, **opts)
-    return _gemm_launch(ws, K, ws, M * K, weight_q, weight_scale, bias, out, M, N, K, config, flags=flags,
-                        wait_rows=quant_rows)
 
 
 def _decode_launch(x, weight_q, weight_scale, bias, config, aq) -> torch.Tensor:

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 
 from quantkit.reference import int8 as R
-from quantkit.reference.common import AMAX_EPS
 from tests.helpers import rel_error
 
 ik = pytest.importorskip("quantkit.kernels.int8_dynamic")
@@ -233,7 +232,6 @@ LINEAR_CONFIGS = {
     "two-pass-tma": ik._two_pass(32, 32, 64, 4, 2, mode="tma"),
     "two-pass-persistent": ik._two_pass(32, 32, 64, 4, 2, mode="persistent"),
     "two-pass-split": ik._two_pass(16, 32, 32, 4, 2, split_k=2),
-    "two-pass-overlap": ik._two_pass(16, 32, 64, 4, 2, mode="tma", overlap=True),
 }
 
 
@@ -248,46 +246,6 @@ def test_linear_matches_reference(kernel_device, variant, dtype, mnk, bias):
     y = ik.linear(x, weight_q, weight_scale, b, config=LINEAR_CONFIGS[variant])
     assert y.dtype == dtype and y.shape == (m, n)
     assert_scaled_close(y, reference_linear32(x, weight_q, weight_scale, b), f"{variant} {dtype} {mnk}")
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mnk", [(70, 45, 96), (33, 70, 256), (300, 40, 64)])
-def test_overlap_matches_plain_bitwise(kernel_device, dtype, mnk):
-    """The overlapped path (the quantization counting rows per row block, the GEMM's tiles waiting on
-    their block's count) gives exactly the plain TMA path's output: same codes, same GEMM."""
-    m, n, k = mnk
-    x, weight_q, weight_scale, b = make_problem(m, n, k, dtype, True, kernel_device)
-    plain = ik._two_pass(16, 32, 32, 4, 2, mode="tma")
-    y_plain = ik.linear(x, weight_q, weight_scale, b, config=plain)
-    y = ik.linear(x, weight_q, weight_scale, b, config=dict(plain, overlap=True))
-    assert torch.equal(y, y_plain), f"{int((y != y_plain).sum())} outputs differ"
-    assert_scaled_close(y, reference_linear32(x, weight_q, weight_scale, b), f"overlap {dtype} {mnk}")
-
-
-@pytest.mark.parametrize("r,k,block_k,progs", [(37, 96, 128, 3), (37, 300, 128, 4), (5, 64, 64, 8)])
-def test_quant_signal_counts_every_row(kernel_device, r, k, block_k, progs):
-    """The overlapped path's quantization writes the plain path's codes and scales, and counts every
-    row exactly once in its row block's counter (blocks of 16 rows here; more programs than rows too)."""
-    x = torch.randn(r, k, dtype=torch.bfloat16, device=kernel_device) * 3
-    q = torch.empty(r, k, dtype=torch.int8, device=kernel_device)
-    s = torch.empty(r, dtype=torch.float32, device=kernel_device)
-    flags = torch.zeros(-(-r // 16), dtype=torch.int32, device=kernel_device)
-    ik._quant_rows_signal_fast[(progs,)](
-        x, q, s, 0, flags, r, ik._loop_bound(k), x.stride(0), k, ik._loop_bound(-(-r // progs)),
-        EPS=AMAX_EPS, BLOCK_R=1, BLOCK_K=block_k, SINGLE_PASS=block_k >= k, FLAG_ROWS=16,
-        COMPILED=ik._COMPILED, num_warps=4)
-    rq, rs = R.quantize_act_int8_per_token(x)
-    assert torch.equal(s, rs) and torch.equal(q, rq)
-    expect = [min(16, r - 16 * i) for i in range(flags.numel())]
-    assert flags.tolist() == expect
-
-
-def test_overlap_config_checks():
-    ok = ik._two_pass(128, 256, 128, 8, 4, mode="tma", overlap=True)
-    ik._check_config(ok)
-    for bad in (dict(ok, mode="pointer"), dict(ok, pdl=True), dict(ok, overlap="yes")):
-        with pytest.raises(ValueError, match="overlap"):
-            ik._check_config(bad)
 
 
 @pytest.mark.parametrize("out_dtype", DTYPES)
@@ -513,42 +471,6 @@ def test_pdl_two_pass_in_cuda_graph_gpu():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(static_y, ik.linear(new_x, weight_q, weight_scale, b, config=config))
-
-
-@pytest.mark.gpu
-def test_overlap_gpu():
-    """The overlapped path on the GPU, where the quantization and the GEMM really run at once: bit-identical
-    to the plain TMA path at real and ragged shapes, every row block's wait exercised (M up to 4096,
-    partial last blocks), on fresh inputs 10 times over (a missed wait would read stale or unwritten
-    codes and differ), with fp16 and float32 activations, and replayed from a CUDA graph."""
-    config = ik._two_pass(128, 256, 128, 8, 4, mode="tma", overlap=True)
-    plain = {k: v for k, v in config.items() if k != "overlap"}
-    for m, n, k, dtype in ((4096, 4096, 4096, torch.bfloat16), (1000, 1000, 4096, torch.bfloat16),
-                           (4096, 4096, 14336, torch.bfloat16), (2050, 1536, 1040, torch.float16),
-                           (777, 512, 4096, torch.float32)):
-        x, weight_q, weight_scale, b = make_problem(m, n, k, dtype, True, "cuda")
-        for _ in range(10):
-            x.normal_()
-            y = ik.linear(x, weight_q, weight_scale, b, config=config)
-            y_plain = ik.linear(x, weight_q, weight_scale, b, config=plain)
-            assert torch.equal(y, y_plain), f"M={m} N={n} K={k} {dtype}: {int((y != y_plain).sum())} outputs differ"
-        assert_scaled_close(y, reference_linear32(x, weight_q, weight_scale, b), f"overlap M={m} N={n} K={k}")
-    x, weight_q, weight_scale, b = make_problem(2048, 4096, 4096, torch.bfloat16, True, "cuda")
-    static_x = x.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ik.linear(static_x, weight_q, weight_scale, b, config=config)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = ik.linear(static_x, weight_q, weight_scale, b, config=config)
-    for _ in range(5):
-        new_x = torch.randn_like(x)
-        static_x.copy_(new_x)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(static_y, ik.linear(new_x, weight_q, weight_scale, b, config=plain))
 
 
 def _small_model():
