@@ -717,13 +717,13 @@ def _quant_rows_into(t: torch.Tensor, q: torch.Tensor, stride_q: int, s: torch.T
     if block_k is None:
         block_k = triton.next_power_of_2(K) if K <= _SINGLE_PASS_MAX_K else 8192
     single = block_k >= K
-    # <= 8K elements per program (16 a thread at 16 warps: two 16-byte loads of bf16), but at least
-    # ~128 programs when there are rows enough.
     if block_r is None and warps is None and single and block_k >= 4096 and R >= 1024:
         # Large M: one row a program, 32 elements a thread (K = 4096: 4 warps). At M = 2048-4096 this
         # beat two rows and 16 elements a thread by 6-10 % (H100 probe, notes/int8_dynamic.md, round 10);
-        # at K = 14336 it is the rule below's own shape (one row, 16 warps).
+        # at K = 14336 it is the general rule's own shape (one row, 16 warps).
         block_r, warps = 1, min(16, block_k // 1024)
+    # The general rule: <= 8K elements per program (16 a thread at 16 warps: two 16-byte loads of
+    # bf16), but at least ~128 programs when there are rows enough.
     if block_r is None:
         block_r = max(1, min(8192 // block_k, triton.next_power_of_2(max(1, R // 128))))
     if warps is None:
