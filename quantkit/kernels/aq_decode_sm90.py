@@ -151,22 +151,12 @@ def _chunk_product(acc, wv, xv, sc, MMA: gl.constexpr, FP8: gl.constexpr):
 
 
 @gluon.jit
-def _prefetch_trip(t, pf_ptrs, pf_on, wk_pf, NUM_CHUNKS, B: gl.constexpr, DK: gl.constexpr):
-    """Ask L2 for trip t's weight bytes (each thread's first byte of each of its rows and chunks: the
-    four threads of a row share a 64- or 128-byte span). Chunks past K prefetch the last one."""
-    chunk = gl.minimum(t * B + wk_pf, NUM_CHUNKS - 1)
-    ptrs = pf_ptrs + chunk * DK
-    gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
-                              "=r,l,r", [ptrs, gl.broadcast(pf_on, ptrs)[0]], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride_xq, stride_xsm, stride_xsg,
                     stride_wsn, stride_wsg, stride_ym, NUM_CHUNKS, TRIPS,
                     FP8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
                     WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, HAS_BIAS: gl.constexpr,
-                    EVEN: gl.constexpr, WAIT_PRIOR: gl.constexpr, PF: gl.constexpr, W_LAYOUT: gl.constexpr,
-                    X_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+                    EVEN: gl.constexpr, WAIT_PRIOR: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
+                    num_warps: gl.constexpr):
     """Y^T tile [BN = 16·MT·WM rows of W, BM rows of x] over all of K (module docstring). int8: scales
     x_scale[m] (stride_xsm) and w_scale[n]; fp8: x_scale[m, g] (stride_xsm, stride_xsg) and
     w_scale[n / G, g] (stride_wsn, stride_wsg)."""
@@ -187,9 +177,6 @@ def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride
     jw = gl.arange(0, DK // 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, W_LAYOUT))))
     w_ptrs = (w_ptr + (rows.to(gl.int64) * K + wk_w * DK + _arange3(4, 2, WL) * (DK // 4))[:, :, :, None]
               + jw[None, None, None, :])
-    pf_ptrs = w_ptr + (rows.to(gl.int64) * K + _arange3(4, 2, WL) * (DK // 4))  # [1, BN, 4]: PF > 0 only
-    pf_on = (_arange3(4, 2, WL) == 0).to(gl.int32)  # one request per row and chunk (not coalesced)
-    wk_pf = wk_w
     wk_w = wk_w[:, :, :, None]
     # x code: row m·stride + chunk·DK + c·DK/4 + j (rows past M read row M - 1: never stored)
     wk_x = _arange3(B, 0, XL)
@@ -218,9 +205,6 @@ def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride
     # Two buffers, the loop unrolled by two: trip t + 1 is loaded before trip t is multiplied (an odd
     # trip count runs one masked trip: zeros in, nothing added).
     for t in range(0, TRIPS, 2):
-        if PF > 0:  # the weight PF trips beyond the register buffers, into L2
-            _prefetch_trip(t + 1 + PF, pf_ptrs, pf_on, wk_pf, NUM_CHUNKS, B, DK)
-            _prefetch_trip(t + 2 + PF, pf_ptrs, pf_on, wk_pf, NUM_CHUNKS, B, DK)
         w1 = _load_w(t + 1, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, B, DK, EVEN)
         x1, s1 = _load_x(t + 1, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, B, DK, GROUP, stride_xsg,
                          stride_wsg, FP8, EVEN)
@@ -309,5 +293,5 @@ def launch(x_q, x_scale, stride_xsm, stride_xsg, weight_q, weight_scale, bias, o
         stride_xsm, stride_xsg, weight_scale.stride(0), weight_scale.stride(1) if fp8 else 0, out.stride(0),
         chunks, ceil_div(chunks, per_trip),
         FP8=fp8, GROUP=group, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, HAS_BIAS=bias is not None,
-        EVEN=chunks % (2 * per_trip) == 0, WAIT_PRIOR=pdl, PF=int(cfg.get("PF", 0)), W_LAYOUT=operand_layout(wk, wm, bn, dk, sub, True),
+        EVEN=chunks % (2 * per_trip) == 0, WAIT_PRIOR=pdl, W_LAYOUT=operand_layout(wk, wm, bn, dk, sub, True),
         X_LAYOUT=operand_layout(wk, wm, bm, dk, sub, False), **opts)

@@ -146,7 +146,6 @@ _ASM_F16_SCALE = tl.constexpr(_asm_dequant(True, True))
 # s and z rows are a few sectors each, re-read once per K chunk: bring them to L1 at the start so the
 # in-loop loads (which cannot join the cp.async pipeline: 1-2 bytes per thread) do not wait on DRAM.
 _ASM_PREFETCH = tl.constexpr("prefetch.global.L1 [$1];\nmov.u32 $0, 0;")
-_ASM_PREFETCH_L2 = tl.constexpr("prefetch.global.L2 [$1];\nmov.u32 $0, 0;")
 
 
 def _loop_bound(n: int):
@@ -259,8 +258,7 @@ def _nib_f32(v, MASK: tl.constexpr, magic):
 def _gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr,
                  N, KW, G, stride_xm, TILES, magic,
                  GROUP: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS_PER_TILE: tl.constexpr,
-                 EVEN_G: tl.constexpr, HAS_BIAS: tl.constexpr, NUM_STAGES: tl.constexpr, PF: tl.constexpr = 0):
-    """PF > 0: each step also asks L2 for the weight PF steps ahead (one prefetch per 128-byte line)."""
+                 EVEN_G: tl.constexpr, HAS_BIAS: tl.constexpr, NUM_STAGES: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     WPG: tl.constexpr = GROUP // 8  # int32 words per group
@@ -281,15 +279,9 @@ def _gemv_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr,
     sz_rows = rows[:, None] * G
 
     acc = tl.zeros([BLOCK_N, GROUPS_PER_TILE], dtype=tl.float32)
-    LINES: tl.constexpr = BKW // 32 if BKW >= 32 else 1
-    pf_words = (tl.arange(0, LINES) * 32)[None, :]
     # tl.range's num_stages makes Triton prefetch these loads (cp.async) as it does for tl.dot loops.
     for it in tl.range(0, TILES, num_stages=NUM_STAGES):
         g0 = it * GROUPS_PER_TILE
-        if PF > 0:
-            tl.inline_asm_elementwise(_ASM_PREFETCH_L2, "=r,l",
-                                      [w_rows + tl.minimum((g0 + PF * GROUPS_PER_TILE) * WPG + pf_words, KW - 1)],
-                                      dtype=tl.int32, is_pure=False, pack=1)
         word = g0 * WPG + offs_w  # [BKW] word index in the row
         x_idx = word[:, None] * 8 + offs_i[None, :]  # [BKW, 8]
         grp = g0 + offs_g
@@ -795,8 +787,8 @@ def _launch_gemv(x, packed, scale, zero, bias, y, group_size, config) -> None:
         x, packed, scale, zero, bias if bias is not None else scale, y,
         N, K // 8, G, x.stride(0), _loop_bound(ceil_div(G, gpt)), _MAGIC,
         GROUP=group_size, BLOCK_N=bn, GROUPS_PER_TILE=gpt, EVEN_G=G % gpt == 0,
-        HAS_BIAS=bias is not None, NUM_STAGES=config["num_stages"], PF=0 if _INTERPRET else config.get("PF", 0),
-        num_warps=config["num_warps"], num_stages=config["num_stages"])
+        HAS_BIAS=bias is not None, NUM_STAGES=config["num_stages"], num_warps=config["num_warps"],
+        num_stages=config["num_stages"])
 
 
 def _launch_mma(x, packed, scale, zero, bias, y, group_size, config) -> None:

@@ -108,10 +108,6 @@ _NUM_SMS_H100 = 132  # sizing heuristic for tile counts; the tuned tables replac
 
 
 # --------------------------------------------------------------------------- Triton kernels
-# A hint with no register to wait on: the line comes into L2 while the program works on earlier steps.
-_ASM_PREFETCH_L2 = tl.constexpr("prefetch.global.L2 [$1];\nmov.u32 $0, 0;")
-
-
 @triton.jit
 def _int8_to_f32(w):
     # Exact, full-rate: the byte q ^ 0x80 = q + 128 becomes the low mantissa byte of 2^23, i.e. the
@@ -147,10 +143,9 @@ def _epilogue(acc, scale_ptr, bias_ptr, out_ptr, rows_w, offs_n, offs_m, M, N, H
 @triton.jit(do_not_specialize=["M"])
 def _gemv_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, ITERS,
                  LOOP_TRIPS: tl.constexpr, HAS_BIAS: tl.constexpr, EVEN_K: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, PF: tl.constexpr = 0):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
     """Grid (M * cdiv(N, BLOCK_N),). Program pid computes rows of weight tile pid // M for
-    activation row pid % M over all of K. PF > 0: each step also asks L2 for the weight PF steps
-    ahead (one prefetch per 128-byte line)."""
+    activation row pid % M over all of K."""
     pid = tl.program_id(0)
     pid_m = pid % M  # rows of one weight tile are neighbours: the 2nd..Mth read it from L2
     pid_n = pid // M
@@ -162,13 +157,7 @@ def _gemv_kernel(x_ptr, w_ptr, scale_ptr, bias_ptr, out_ptr, M, N, K, stride_xm,
     w_ptrs = w_ptr + rows.to(tl.int64)[:, None] * stride_wn + offs_k[None, :]
     x_ptrs = x_ptr + pid_m.to(tl.int64) * stride_xm + offs_k
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    LINES: tl.constexpr = BLOCK_K // 128 if BLOCK_K >= 128 else 1
-    pf_rows = w_ptr + rows.to(tl.int64)[:, None] * stride_wn
-    pf_cols = (tl.arange(0, LINES) * 128)[None, :]
     for i in tl.range(0, LOOP_TRIPS if LOOP_TRIPS > 0 else ITERS, num_stages=STAGES):
-        if PF > 0:
-            tl.inline_asm_elementwise(_ASM_PREFETCH_L2, "=r,l", [pf_rows + tl.minimum((i + PF) * BLOCK_K + pf_cols, K - 1)],
-                                      dtype=tl.int32, is_pure=False, pack=1)
         if EVEN_K:
             w = tl.load(w_ptrs, eviction_policy="evict_first")
             xv = tl.load(x_ptrs)
@@ -628,8 +617,7 @@ def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
                  (x, weight_q, weight_scale, bias_arg, out, M, N, K, x.stride(0), weight_q.stride(0), iters),
                  dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, EVEN_K=K % block_k == 0,
                       BLOCK_N=block_n, BLOCK_K=block_k, STAGES=int(cfg.get("num_stages", 1)),
-                      PF=0 if _INTERPRETED else int(cfg.get("PF", 0)), num_warps=int(cfg["num_warps"]),
-                      num_stages=1))]
+                      num_warps=int(cfg["num_warps"]), num_stages=1))]
     if kind == "stream":
         block_n, block_m, block_k, warps, stages = _stream_tiles(cfg, x, K)
         iters = ceil_div(K, block_k)

@@ -113,8 +113,6 @@ _ASM_BF16 = gl.constexpr(_asm_word(False, False))
 _ASM_BF16_SCALE = gl.constexpr(_asm_word(False, True))
 _ASM_F16 = gl.constexpr(_asm_word(True, False))
 _ASM_F16_SCALE = gl.constexpr(_asm_word(True, True))
-# A hint with no register to wait on: the line comes into L2 while the warp works on earlier trips.
-_ASM_PREFETCH_L2 = gl.constexpr("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }")
 
 
 # The renaming of the loaded values into the logical K order, as data (the CPU test applies the same
@@ -193,16 +191,6 @@ def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexp
         return gl.load(x_ptrs + t * (B * DK // 2))
     else:
         return gl.load(x_ptrs + t * (B * DK // 2), mask=gl.broadcast(t * B + wk_x < NUM_CHUNKS, x_ptrs)[0], other=0)
-
-
-@gluon.jit
-def _prefetch_trip(t, pf_ptrs, pf_on, wk_pf, NUM_CHUNKS, B: gl.constexpr, WPC: gl.constexpr):
-    """Ask L2 for trip t's weight words (each thread's first word of each of its rows and chunks: the
-    four threads of a row slice share one 64-byte half line). Chunks past K prefetch the last one."""
-    chunk = gl.minimum(t * B + wk_pf, NUM_CHUNKS - 1)
-    ptrs = pf_ptrs + chunk * WPC
-    gl.inline_asm_elementwise(_ASM_PREFETCH_L2, "=r,l,r", [ptrs, gl.broadcast(pf_on, ptrs)[0]], dtype=gl.int32,
-                              is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -330,8 +318,8 @@ def _chunk_product(acc, w, xv, z, s, dtype: gl.constexpr, MMA: gl.constexpr, SCA
 def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride_xm, NUM_CHUNKS, TRIPS,
                    INT8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
                    WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, XPF: gl.constexpr, SCALE_IN: gl.constexpr,
-                   HAS_BIAS: gl.constexpr, EVEN: gl.constexpr, PF: gl.constexpr, W_LAYOUT: gl.constexpr,
-                   X_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
+                   HAS_BIAS: gl.constexpr, EVEN: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
+                   num_warps: gl.constexpr):
     """Y^T tile [16·MT·WM rows of W, BM rows of x] over all of K (module docstring). INT8: int8 weights
     [N, K] with one scale per row (z_ptr and G unused); else packed int4 [N, K / 2] with group-wise
     zero-points and scales."""
@@ -354,8 +342,6 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
     w_ptrs = (w_ptr + (rows3.to(gl.int64) * KW + wk3 * WPC + c3 * WT)[:, :, :, None]
               + om[None, None, None, :])
     wk_w = wk3[:, :, :, None]
-    pf_ptrs = w_ptr + (rows3.to(gl.int64) * KW + c3 * WT)  # [1, BN, 4]: PF > 0 only
-    pf_on = (c3 == 0).to(gl.int32)  # one request per row and chunk (a prefetch is not coalesced)
     # int4: zero-points (and SCALE_IN scales) per row and slice c; scales after the mma per row
     if INT8:
         z_ptrs = 0
@@ -387,9 +373,6 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
     w0, x0, z0, s0 = _load_chunk(0, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS, B, DK,
                                  WPC, GROUP, EVEN, XPF, INT8)
     for t in range(0, TRIPS, 2):
-        if PF > 0:  # the weight PF trips beyond the register buffers, into L2
-            _prefetch_trip(t + 1 + PF, pf_ptrs, pf_on, wk3, NUM_CHUNKS, B, WPC)
-            _prefetch_trip(t + 2 + PF, pf_ptrs, pf_on, wk3, NUM_CHUNKS, B, WPC)
         w1, x1, z1, s1 = _load_chunk(t + 1, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS,
                                      B, DK, WPC, GROUP, EVEN, XPF, INT8)
         if XPF:
@@ -448,7 +431,7 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
     M, K = x.shape
     N = w.shape[0]
     mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])
-    sub, xpf, pf = int(cfg.get("SUB", 1)), bool(cfg.get("XPF", True)), int(cfg.get("PF", 0))
+    sub, xpf = int(cfg.get("SUB", 1)), bool(cfg.get("XPF", True))
     bm = 8 if M <= 8 else 16
     chunks = K // dk
     per_trip = wk * sub
@@ -457,7 +440,7 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
         x, w, scale, zero if zero is not None else scale, bias if bias is not None else scale, out,
         M, N, K // 4 if int8 else K // 8, K // group_size, x.stride(0), chunks, ceil_div(chunks, per_trip),
         INT8=int8, GROUP=group_size, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=xpf,
-        SCALE_IN=not int8 and group_size < dk, HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0, PF=pf,
+        SCALE_IN=not int8 and group_size < dk, HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0,
         W_LAYOUT=word_layout(wk, wm, mt, wt, sub), X_LAYOUT=x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm)
 
 

@@ -111,7 +111,7 @@ def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf
     mt, wk, wm, dk, sub = (cfg[k] for k in ("MT", "WK", "WM", "DK", "SUB"))
     bn = 16 * mt * wm
     consts = dict(FP8=fp8, GROUP=group if fp8 else 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, HAS_BIAS=bias,
-                  EVEN=even, WAIT_PRIOR=pdl, PF=cfg.get("PF", 0), W_LAYOUT=d.operand_layout(wk, wm, bn, dk, sub, True),
+                  EVEN=even, WAIT_PRIOR=pdl, W_LAYOUT=d.operand_layout(wk, wm, bn, dk, sub, True),
                   X_LAYOUT=d.operand_layout(wk, wm, bm, dk, sub, False), num_warps=wk * wm)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]

@@ -472,11 +472,9 @@ _COMPILE_SCRIPT = textwrap.dedent("""
     out["mma128"] = mma("fp16", 128, 128, 64, 8, 4, 2, True)
     out["mma_f32"] = mma("fp32", 32, 64, 32, 4, 2, 0, True)
     sig = {**ptrs("bf16"), "N": "i32", "KW": "i32", "G": "i32", "stride_xm": "i32", "TILES": "i32", "magic": "i32",
-           **{c: "constexpr" for c in ("GROUP", "BLOCK_N", "GROUPS_PER_TILE", "EVEN_G", "HAS_BIAS", "NUM_STAGES", "PF")}}
+           **{c: "constexpr" for c in ("GROUP", "BLOCK_N", "GROUPS_PER_TILE", "EVEN_G", "HAS_BIAS", "NUM_STAGES")}}
     out["gemv"] = build(k4._gemv_kernel, sig, dict(GROUP=128, BLOCK_N=8, GROUPS_PER_TILE=8, EVEN_G=True,
-                                                   HAS_BIAS=True, NUM_STAGES=3, PF=0), 4, 3)
-    out["gemv_pf"] = build(k4._gemv_kernel, sig, dict(GROUP=128, BLOCK_N=8, GROUPS_PER_TILE=8, EVEN_G=True,
-                                                      HAS_BIAS=True, NUM_STAGES=3, PF=2), 4, 3)
+                                                   HAS_BIAS=True, NUM_STAGES=3), 4, 3)
     sig = dict(ws_ptr="*fp32", b_ptr="*bf16", y_ptr="*bf16", MN="i32", N="i32", SPLIT_K="constexpr",
                BLOCK="constexpr", HAS_BIAS="constexpr")
     out["reduce"] = build(k4._splitk_reduce_kernel, sig, dict(SPLIT_K=4, BLOCK=1024, HAS_BIAS=True), 4, 1)
@@ -492,7 +490,6 @@ _COMPILE_SCRIPT = textwrap.dedent("""
         "mma128": ["wgmma", "fma.rn.f16x2"],
         "mma_f32": ["fma.rn.f32"],
         "gemv": ["cp.async", "ld.global"],
-        "gemv_pf": ["cp.async", "ld.global", "prefetch.global.L2"],
         "reduce": ["st.global"],
         "dequant": ["prmt.b32", "fma.rn.bf16x2", "st.global.v4"],
     }

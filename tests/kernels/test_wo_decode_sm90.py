@@ -149,7 +149,7 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
                M="i32", N="i32", KW="i32", G="i32", stride_xm="i32", NUM_CHUNKS="i32", TRIPS="i32")
     mt, wk, wm, dk, sub = cfg["MT"], cfg["WK"], cfg["WM"], cfg["DK"], cfg.get("SUB", 1)
     consts = dict(INT8=int8, GROUP=group or 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=cfg.get("XPF", True),
-                  SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even, PF=cfg.get("PF", 0),
+                  SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even,
                   W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
                   X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm)
     sig.update({k: "constexpr" for k in consts})
