@@ -567,7 +567,7 @@ _KEYS = {
     "two_pass": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "mode", "pdl"),
     "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL"),
 }
-_MODES = ("pointer", "tma", "persistent")
+_MODES = ("pointer", "tma", "persistent", "gluon")
 
 
 def _gemv(bn, bk, warps, stages) -> dict:
@@ -655,8 +655,9 @@ def default_config(M: int, N: int, K: int) -> dict:
             return _two_pass(128, 128, 128, 8, 4, split_k=min(8, max(2, triton.next_power_of_2(128 // tiles))))
         return _two_pass(64, 64, 128, 4, 4)
     # Four stages, not three: 5-10 % faster at M = 1024-4096 on every benchmark shape (H100 probe,
-    # notes/int8_dynamic.md, round 10); 4 x 48 KB of operand tiles fit (the epilogue stores from registers).
-    return _two_pass(128, 256, 128, 8, 4, mode="tma")
+    # notes/int8_dynamic.md, round 10); 4 x 48 KB of operand tiles fit (the epilogue reuses them). The
+    # Gluon GEMM on sm_90 (11-15 % faster than the Triton one, round 11); elsewhere "gluon" runs as "tma".
+    return _two_pass(128, 256, 128, 8, 4, mode="gluon")
 
 
 def _fused_default(N: int) -> dict:
@@ -678,12 +679,14 @@ _GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4
 _FUSED_CANDIDATES = [_fused(64, 256, 8, 3), _stream(32, 128, 4, 3, bm=8)] + _DECODE_CANDIDATES
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
-                   _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)]
-_LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 4, mode="tma"), _two_pass(256, 128, 128, 8, 4, mode="tma"),
-                     _two_pass(256, 128, 128, 8, 3, mode="tma"), _two_pass(128, 256, 128, 8, 4, mode="persistent"),
-                     _two_pass(256, 128, 128, 8, 3, mode="persistent"),
-                     _two_pass(128, 256, 128, 8, 4, mode="tma", pdl=True),
-                     _two_pass(256, 128, 128, 8, 4, mode="tma", pdl=True)]
+                   _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
+                   _two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)]
+# "gluon": kernels/i8_gemm_sm90.py, whose wgmmas stay in flight across K steps (Triton 3.6 waits for each
+# int8 wgmma): 11-15 % faster than the Triton GEMMs at M = 1024-4096 on the H100 (notes, round 11).
+_LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 4, mode="gluon"), _two_pass(256, 128, 128, 8, 4, mode="gluon"),
+                     _two_pass(128, 256, 128, 8, 4, mode="gluon", pdl=True),
+                     _two_pass(256, 128, 128, 8, 4, mode="gluon", pdl=True),
+                     _two_pass(128, 256, 128, 8, 4, mode="tma"), _two_pass(128, 256, 128, 8, 4, mode="tma", pdl=True)]
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
@@ -774,6 +777,14 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
     if pdl:
         common["launch_pdl"] = True
     mode = config["mode"]
+    if mode == "gluon":
+        from quantkit.kernels import i8_gemm_sm90
+
+        if config["SPLIT_K"] == 1 and i8_gemm_sm90.usable(a, stride_a, K, weight_q):
+            i8_gemm_sm90.launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K,
+                                config, pdl=pdl)
+            return out
+        mode = "tma"  # (not sm_90, or operands TMA cannot take: the Triton kernels below decide)
     if mode == "persistent" and out.element_size() == 4 and bm * bn * config["num_stages"] > 128 * 128 * 4:
         # The persistent kernel keeps its epilogue tile in shared memory on top of the operand
         # stages; a float32 output tile of 128x256 with 3 stages needs 272 KB (an H100 has 227 KB).

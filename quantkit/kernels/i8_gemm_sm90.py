@@ -1,0 +1,160 @@
+"""int8 × int8 GEMM for int8-dynamic at large M on sm_90, written in Gluon: y = (f32(x_q @ w_q^T) ·
+x_scale[m]) · w_scale[n] (+ bias[n]), one rounding to y's dtype.
+
+Why Gluon. Triton 3.6 does not keep an int8 wgmma in flight across K steps: for ``tl.dot`` on int8
+operands its pipeliner waits for each step's wgmma to finish (``wgmma.wait_group 0``) before it refills
+a ring slot and issues the next, where for fp16 and fp8 it waits only for the previous one
+(``wait_group 1``; checked on the PTX, notes/int8_dynamic.md, round 11). Every K step then drains the
+tensor-core pipeline. Here the loop says what it means:
+
+* x-code tiles [BLOCK_M, BLOCK_K] and weight tiles [BLOCK_N, BLOCK_K] arrive by TMA in a ring of
+  STAGES slots, one mbarrier each (TMA zero-fills rows and columns past M, N and K);
+* step k waits for its slot, issues the wgmma asynchronously and waits for step k - 1's wgmma only
+  (``num_outstanding=1``), so the tensor cores always have the next step queued;
+* after a CTA barrier (both warpgroups read every weight tile, and each waits only for its own
+  wgmmas) step k - 1's slot is retired everywhere and takes tile k + STAGES - 1: STAGES - 2 tiles are
+  in flight ahead of the one being multiplied.
+
+Numerics: exact int32 accumulation in the tensor cores (|Σ| ≤ K·127² < 2³¹ for K < 133,000), then the
+family's epilogue, in the same order and without FMA contraction (``enable_fp_fusion=False``), so the
+output is bit-identical to the Triton kernels' on the same codes.
+
+Requirements (:func:`usable`): sm_90, int8 codes with 16-byte-aligned base and row stride (the
+workspace pads K to 16), a contiguous weight with K a multiple of 16.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from quantkit.kernels.launch import cached
+from quantkit.kernels.tiling import grouped_pid
+from quantkit.reference.common import ceil_div
+
+
+@gluon.jit
+def _grid_wait():
+    """Programmatic dependent launch: wait until the previous grid (the row quantization) has finished
+    and its writes are visible; a no-op when the launch was not programmatic."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _issue(k, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES: gl.constexpr):
+    """TMA loads of K step k into slot k % STAGES (nothing past the last step)."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    s = k % STAGES
+    pred = k < num_k
+    mbarrier.expect(ready.index(s), nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], ready.index(s), a_ring.index(s), pred=pred)
+    tma.async_copy_global_to_shared(b_desc, [off_n, k * BLOCK_K], ready.index(s), b_ring.index(s), pred=pred)
+
+
+@gluon.jit
+def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
+                    HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr,
+                    num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    if WAIT_PRIOR:
+        _grid_wait()
+    pid_m, pid_n = grouped_pid(gl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+
+    a_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_ring = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    num_k = gl.cdiv(K, BLOCK_K)
+    for i in gl.static_range(STAGES - 1):
+        _issue(i, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
+
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, min(BLOCK_N, 128), 32])  # int8: n <= 128 here
+    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, mma_layout)
+    # Step 0 outside the loop with use_acc=False: the accumulator entering the loop is then defined by
+    # a wgmma, not by the zero fill (ptxas serializes every wgmma otherwise, warning C7515).
+    mbarrier.wait(ready.index(0), 0)
+    acc = warpgroup_mma(a_ring.index(0), b_ring.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))  # (returns at once: step 0 stays in flight)
+    _issue(STAGES - 1, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
+    for k in range(1, num_k):
+        s = k % STAGES
+        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        acc = warpgroup_mma(a_ring.index(s), b_ring.index(s).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        gl.thread_barrier()  # both warpgroups retired step k - 1: its slot takes step k + STAGES - 1
+        _issue(k + STAGES - 1, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+
+    # The family's epilogue: (f32(acc) · x_scale[m]) · w_scale[n] (+ bias[n]), one rounding; then the
+    # tile goes through shared memory (the ring's, free now) into rows of 16-byte stores.
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
+    a_s = gl.load((a_scale_ptr + a_scale_off).to(gl.pointer_type(gl.float32)) + offs_m, mask=offs_m < M, other=0.0)
+    b_s = gl.load(b_scale_ptr + offs_n, mask=offs_n < N, other=0.0)
+    y = acc.to(gl.float32) * a_s[:, None] * b_s[None, :]
+    if HAS_BIAS:
+        y = y + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
+    VEC: gl.constexpr = 128 // c_ptr.dtype.element_ty.primitive_bitwidth  # 16 bytes a thread
+    TPW_N: gl.constexpr = min(32, BLOCK_N // VEC)
+    store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, VEC], threads_per_warp=[32 // TPW_N, TPW_N],
+                                                  warps_per_cta=[num_warps, 1], order=[1, 0])
+    y = gl.convert_layout(y.to(c_ptr.dtype.element_ty), store_layout)
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
+    ptrs = c_ptr + offs_m.to(gl.int64)[:, None] * stride_cm + offs_n[None, :]
+    gl.store(ptrs, y, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+
+
+_i8_gemm_fast = cached(_i8_gemm_kernel)
+
+
+@functools.lru_cache(maxsize=None)
+def _is_sm90(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] == 9
+
+
+@functools.lru_cache(maxsize=None)
+def _smem_layout(rows: int, cols: int):
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.int8)
+
+
+def usable(a: torch.Tensor, stride_a: int, K: int, weight_q: torch.Tensor) -> bool:
+    """Whether the kernel takes codes [M, K] at ``a`` (row stride ``stride_a``; ``a`` may be a flat
+    workspace) and the weight [N, K]."""
+    return (a.is_cuda and _is_sm90(a.device.index or 0) and K % 16 == 0 and stride_a % 16 == 0
+            and a.data_ptr() % 16 == 0 and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
+
+
+def smem_bytes(cfg: dict) -> int:
+    """Shared memory of the operand ring (the H100 offers 227 KB a CTA)."""
+    return int(cfg["num_stages"]) * (int(cfg["BLOCK_M"]) + int(cfg["BLOCK_N"])) * int(cfg["BLOCK_K"])
+
+
+def launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K, cfg: dict,
+           pdl: bool = False) -> None:
+    """``out = (f32(a @ weight_q^T) · a_scale[a_scale_off + m]) · weight_scale[n] (+ bias)``; the
+    float32 row scales live at element ``a_scale_off`` of ``a_scale`` (any dtype: read as float32
+    from there). ``pdl``: launched as a programmatic dependent of the previous grid."""
+    bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
+    a_desc = TensorDescriptor(a, [M, K], [stride_a, 1], [bm, bk], _smem_layout(bm, bk))
+    b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, bk], _smem_layout(bn, bk))
+    opts = dict(num_warps=int(cfg["num_warps"]), enable_fp_fusion=False)
+    if pdl:
+        opts["launch_pdl"] = True
+    _i8_gemm_fast[(ceil_div(M, bm) * ceil_div(N, bn),)](
+        a_desc, b_desc, a_scale, a_scale_off, weight_scale, bias if bias is not None else weight_scale, out,
+        M, N, K, out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg["GROUP_M"]),
+        STAGES=int(cfg["num_stages"]), WAIT_PRIOR=pdl, **opts)

@@ -1,0 +1,148 @@
+"""The Gluon int8 × int8 GEMM of int8-dynamic at large M (quantkit.kernels.i8_gemm_sm90).
+
+Gluon kernels do not run in Triton's interpreter. On the CPU every config of the family that uses it
+(and fp16 / fp32 outputs, a bias, PDL) is compiled for sm_90 with the ptxas that ships with triton: no
+spills, the operand ring within an H100's shared memory, no serialized wgmmas (ptxas C7515), and the
+point of the kernel — a wgmma kept in flight across K steps (``wgmma.wait_group 1`` in the loop). On
+the GPU its outputs are compared bit for bit with the Triton TMA kernel's (the same epilogue in the same
+order on the same int32 sums) at odd M, N and K, every output dtype, with and without a bias, through
+the layer's workspace path, with PDL and replayed from a CUDA graph; a K the kernel cannot take falls
+back and still matches the reference.
+"""
+import re
+
+import pytest
+import torch
+
+from quantkit.kernels import int8_dynamic as ik
+from tests.kernels.test_int8_dynamic import assert_scaled_close, make_problem, reference_linear32
+from tests.kernels.test_int8_weight_only import _sm90_tools, run_sm90_check
+
+
+def _gluon_configs():
+    seen, out = set(), []
+    for m in (128, 1024, 4096):
+        for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+            for c in ik.candidate_configs(m, n, k) + [ik.default_config(m, n, k)]:
+                key = tuple(sorted(c.items()))
+                if c.get("mode") == "gluon" and key not in seen:
+                    seen.add(key)
+                    out.append(c)
+    return out
+
+
+def _compile(cfg, out_dtype="bf16", bias=False):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from quantkit.kernels import i8_gemm_sm90 as g
+
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    fn = g._i8_gemm_kernel
+    sig = dict(a_desc=f"tensordesc<i8[{bm}, {bk}],{g._smem_layout(bm, bk)}>",
+               b_desc=f"tensordesc<i8[{bn}, {bk}],{g._smem_layout(bn, bk)}>", a_scale_ptr="*i8", a_scale_off="i32",
+               b_scale_ptr="*fp32", bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32",
+               stride_cm="i32")
+    consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=cfg["pdl"],
+                  num_warps=cfg["num_warps"])
+    sig.update({k: "constexpr" for k in consts})
+    return triton.compile(GluonASTSource(fn, sig, consts), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=cfg["num_warps"], enable_fp_fusion=False))
+
+
+def _check_main() -> None:
+    """Compile every Gluon config (bf16; the first also fp16 + bias and fp32); print a line each, 'ok' last."""
+    configs = _gluon_configs()
+    jobs = [(c, "bf16", False) for c in configs] + [(configs[0], "fp16", True), (configs[0], "fp32", True)]
+    failures = []
+    for cfg, dtype, bias in jobs:
+        kernel = _compile(cfg, dtype, bias)
+        info, _ = _sm90_tools(kernel)
+        spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
+        regs = int(re.search(r"Used (\d+) registers", info).group(1))
+        waits = sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", kernel.asm["ptx"])))
+        smem = kernel.metadata.shared
+        what = f"{cfg} {dtype} bias={bias}"
+        print(f"{what}: regs={regs} spills={spills} smem={smem} waits={waits}")
+        if spills or smem > 232448 or "C7515" in info or "1" not in waits:
+            failures.append(what)
+    if failures:
+        print("FAILED:", failures)
+        raise SystemExit(1)
+    print("ok")
+
+
+def test_candidates_compile_for_sm90():
+    assert _gluon_configs(), "no Gluon config among the candidates"
+    run_sm90_check("from tests.kernels.test_i8_gemm_sm90 import _check_main; _check_main()")
+
+
+def test_default_is_the_gluon_gemm_at_large_m():
+    assert ik.default_config(1024, 4096, 4096)["mode"] == "gluon"
+
+
+# --------------------------------------------------------------------------- GPU
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the Gluon GEMM needs an sm_90 GPU")
+
+
+def _both(bm, bn, pdl=False):
+    return (ik._two_pass(bm, bn, 128, 8, 4, mode="gluon", pdl=pdl), ik._two_pass(bm, bn, 128, 8, 4, mode="tma", pdl=pdl))
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mnk", [(1000, 1000, 4096), (257, 4000, 784), (4096, 4096, 4096), (300, 520, 14336)])
+def test_bit_identical_to_the_triton_gemm_gpu(out_dtype, mnk):
+    m, n, k = mnk
+    torch.manual_seed(m + n + k)
+    x, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
+    x_q, x_s = ik.quantize_act(x)
+    for bm, bn in ((128, 256), (256, 128)):
+        gluon, tma = _both(bm, bn)
+        for b in (None, bias):
+            y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=gluon)
+            assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=tma)), \
+                f"gemm {mnk} {bm}x{bn} {out_dtype} bias={b is not None}"
+        # the layer: codes and row scales in the workspace behind the output (a flat buffer)
+        y = ik.linear(x, weight_q, weight_scale, bias, config=gluon)
+        assert torch.equal(y, ik.linear(x, weight_q, weight_scale, bias, config=tma)), f"linear {mnk} {bm}x{bn}"
+    assert_scaled_close(y, reference_linear32(x, weight_q, weight_scale, bias), f"linear {mnk} {out_dtype}")
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_k_it_cannot_take_falls_back_gpu():
+    """K not a multiple of 16 (no TMA): the config still runs, on the pointer kernel."""
+    x, weight_q, weight_scale, bias = make_problem(300, 260, 1000, torch.bfloat16, True, "cuda")
+    y = ik.linear(x, weight_q, weight_scale, bias, config=_both(128, 256)[0])
+    assert_scaled_close(y, reference_linear32(x, weight_q, weight_scale, bias), "K = 1000")
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_pdl_and_cuda_graph_gpu():
+    gluon, tma = _both(128, 256, pdl=True)
+    x, weight_q, weight_scale, bias = make_problem(1024, 2048, 4096, torch.bfloat16, True, "cuda")
+    assert torch.equal(ik.linear(x, weight_q, weight_scale, bias, config=gluon),
+                       ik.linear(x, weight_q, weight_scale, bias, config=tma))
+    static_x = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ik.linear(static_x, weight_q, weight_scale, bias, config=gluon)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = ik.linear(static_x, weight_q, weight_scale, bias, config=gluon)
+    for _ in range(3):
+        new_x = torch.randn_like(x)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, ik.linear(new_x, weight_q, weight_scale, bias, config=tma))
