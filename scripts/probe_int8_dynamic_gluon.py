@@ -3,7 +3,7 @@ shipped Triton two-pass GEMM at M = 128-4096 on the benchmark shapes: the GEMM a
 (`int8_dynamic.gemm`) and the whole layer (`int8_dynamic.linear`), GPU time as the sweep measures it
 (CUDA-graph replay, L2 flushed), outputs checked bit-identical to the shipped config's.
 
-    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...]
+    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...] [--two-per-sm]
 """
 import sys
 import traceback
@@ -21,6 +21,9 @@ def gluon_variants(m):
     if m <= 256:
         return [g(128, 128, 128, 8, 4), g(128, 128, 128, 8, 5), g(64, 128, 128, 4, 4), g(128, 128, 128, 8, 4, pdl=True),
                 g(128, 256, 128, 8, 4)]
+    if "--two-per-sm" in sys.argv:  # 128 x 128 tiles in <= 113 KB: two programs an SM
+        return [g(128, 256, 128, 8, 4), g(128, 128, 128, 8, 3), g(128, 128, 128, 8, 2), g(128, 128, 64, 8, 6),
+                g(128, 128, 64, 8, 4), g(128, 128, 128, 8, 3, pdl=True)]
     return [g(128, 256, 128, 8, 4), g(256, 128, 128, 8, 4), g(128, 256, 128, 8, 3), g(128, 128, 128, 8, 6),
             g(128, 256, 64, 8, 6), g(128, 256, 128, 8, 4, pdl=True), g(256, 128, 128, 8, 4, pdl=True)]
 
