@@ -893,20 +893,6 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
             split -= 1
         k_steps = steps // split
         out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=y.device)
-        if config.get("GLUON") and not fuse:
-            from quantkit.kernels import f8_swap_sm90
-
-            # (a warpgroup's wgmma covers 64 weight rows; two float32 products and the sum of a 64 x 64
-            # tile are what fits in registers without spilling)
-            if f8_swap_sm90.usable(x, weight_q, block_size, bw) and bw == 16 * config["num_warps"] and bx >= 16 \
-                    and bw * bx <= 64 * 64:
-                f8_swap_sm90.launch(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, out, block_size, bw,
-                                    bx, config["num_stages"], split, pdl, num_warps=config["num_warps"])
-                if split > 1:
-                    _splitk_sum_fast[(ceil_div(m, 32), ceil_div(n, 128))](
-                        out, bias_arg, y, m, n, y.stride(0), SPLIT=split, HAS_BIAS=has_bias, BLOCK_M=32, BLOCK_N=128,
-                        num_warps=4, **(dict(WAIT_PRIOR=True, launch_pdl=True) if pdl else {}))
-                return y
         kwargs = dict(SPLIT_K=split, k_span=_loop_bound(k_steps * block_size * groups)) if split > 1 else {}
         if pdl:
             kwargs.update(WAIT_PRIOR=True, LAUNCH_DEPENDENTS=split > 1, launch_pdl=True)
