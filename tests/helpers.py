@@ -59,3 +59,23 @@ def assert_fp8_codes_match(actual_fp8: torch.Tensor, expected_fp8: torch.Tensor,
         rows = [f"  at {tuple(i.tolist())}: got {actual_fp8[tuple(i)].float().item()}, expected "
                 f"{expected_fp8[tuple(i)].float().item()} (pre-cast {precast[tuple(i)].float().item()})" for i in idx]
         raise AssertionError(f"{what}: {int(differ.sum())} codes differ; first:\n" + "\n".join(rows))
+
+
+def assert_graph_replays_like(fn, static_x: torch.Tensor, expected_fn, replays: int = 3) -> None:
+    """Capture ``fn(static_x)`` in a CUDA graph (after a warm-up call on a side stream, as capture
+    requires), then replay it on fresh inputs copied into ``static_x``: each output must equal
+    ``expected_fn(new_x)`` bit for bit."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = fn(static_x)
+    for _ in range(replays):
+        new_x = torch.randn_like(static_x)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, expected_fn(new_x)), "CUDA-graph replay differs from an eager call"

@@ -34,14 +34,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
+from quantkit.kernels.wo_gemm_sm90 import _grid_wait  # griddepcontrol.wait (PDL)
 from quantkit.reference.common import ceil_div
-
-
-@gluon.jit
-def _grid_wait():
-    """Programmatic dependent launch: wait until the previous grid (the row quantization) has finished
-    and its writes are visible; a no-op when the launch was not programmatic."""
-    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers import assert_graph_replays_like
 from tests.kernels.test_int8_weight_only import _sm90_tools, run_sm90_check
 
 fk = pytest.importorskip("quantkit.kernels.fp8_block")
@@ -290,18 +291,4 @@ def test_decode_with_pdl_in_cuda_graph_gpu():
     fns = [lambda t: ik.linear(t, wq, ws, b, config=ik._decode(1, 8)),
            lambda t: fk.linear(t, fq, fs, b, config=fk._decode(1, 8))]
     for fn in fns:
-        static_x = x.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn(static_x)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_y = fn(static_x)
-        for _ in range(3):
-            new_x = torch.randn_like(x)
-            static_x.copy_(new_x)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(static_y, fn(new_x))
+        assert_graph_replays_like(fn, x.clone(), fn)

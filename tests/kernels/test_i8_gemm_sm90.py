@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from quantkit.kernels import int8_dynamic as ik
+from tests.helpers import assert_graph_replays_like
 from tests.kernels.test_int8_dynamic import assert_scaled_close, make_problem, reference_linear32
 from tests.kernels.test_int8_weight_only import _sm90_tools, run_sm90_check
 
@@ -131,18 +132,5 @@ def test_pdl_and_cuda_graph_gpu():
     x, weight_q, weight_scale, bias = make_problem(1024, 2048, 4096, torch.bfloat16, True, "cuda")
     assert torch.equal(ik.linear(x, weight_q, weight_scale, bias, config=gluon),
                        ik.linear(x, weight_q, weight_scale, bias, config=tma))
-    static_x = x.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ik.linear(static_x, weight_q, weight_scale, bias, config=gluon)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = ik.linear(static_x, weight_q, weight_scale, bias, config=gluon)
-    for _ in range(3):
-        new_x = torch.randn_like(x)
-        static_x.copy_(new_x)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(static_y, ik.linear(new_x, weight_q, weight_scale, bias, config=tma))
+    assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
+                              lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))

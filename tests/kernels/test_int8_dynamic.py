@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from quantkit.reference import int8 as R
-from tests.helpers import rel_error
+from tests.helpers import assert_graph_replays_like, rel_error
 
 ik = pytest.importorskip("quantkit.kernels.int8_dynamic")
 
@@ -456,21 +456,8 @@ def test_pdl_two_pass_in_cuda_graph_gpu():
     x, weight_q, weight_scale, b = make_problem(128, 1024, 4096, torch.bfloat16, True, "cuda")
     ref32 = reference_linear32(x, weight_q, weight_scale, b)
     assert_scaled_close(ik.linear(x, weight_q, weight_scale, b, config=config), ref32, "pdl eager")
-    static_x = x.clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ik.linear(static_x, weight_q, weight_scale, b, config=config)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = ik.linear(static_x, weight_q, weight_scale, b, config=config)
-    for _ in range(3):
-        new_x = torch.randn_like(x)
-        static_x.copy_(new_x)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(static_y, ik.linear(new_x, weight_q, weight_scale, b, config=config))
+    layer = lambda t: ik.linear(t, weight_q, weight_scale, b, config=config)  # noqa: E731
+    assert_graph_replays_like(layer, x.clone(), layer)
 
 
 def _small_model():
