@@ -3,7 +3,7 @@ shipped Triton two-pass GEMM at M = 128-4096 on the benchmark shapes: the GEMM a
 (`int8_dynamic.gemm`) and the whole layer (`int8_dynamic.linear`), GPU time as the sweep measures it
 (CUDA-graph replay, L2 flushed), outputs checked bit-identical to the shipped config's.
 
-    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...] [--two-per-sm]
+    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...] [--two-per-sm | --group]
 """
 import sys
 import traceback
@@ -21,6 +21,9 @@ def gluon_variants(m):
     if m <= 256:
         return [g(128, 128, 128, 8, 4), g(128, 128, 128, 8, 5), g(64, 128, 128, 4, 4), g(128, 128, 128, 8, 4, pdl=True),
                 g(128, 256, 128, 8, 4)]
+    if "--group" in sys.argv:  # the grouped launch order's group height
+        return [g(128, 256, 128, 8, 4, group_m=gm) for gm in (4, 8, 16, 32)] + \
+               [g(256, 128, 128, 8, 4, group_m=gm) for gm in (4, 16)]
     if "--two-per-sm" in sys.argv:  # 128 x 128 tiles in <= 113 KB: two programs an SM
         return [g(128, 256, 128, 8, 4), g(128, 128, 128, 8, 3), g(128, 128, 128, 8, 2), g(128, 128, 64, 8, 6),
                 g(128, 128, 64, 8, 4), g(128, 128, 128, 8, 3, pdl=True)]
@@ -55,7 +58,7 @@ def main():
                     print(f"    gemm {t_g:7.1f} us ({tops:5.0f} TOP/s, {100 * (t_g / t_g0 - 1):+.1f} %)  layer {t_l:7.1f} "
                           f"({100 * (t_l / t_l0 - 1):+.1f} %)  {'bit-identical' if same else 'DIFFERS'}  "
                           f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['num_stages']} "
-                          f"w{cfg['num_warps']} pdl={cfg['pdl']}", flush=True)
+                          f"w{cfg['num_warps']} pdl={cfg['pdl']} G{cfg['GROUP_M']}", flush=True)
                 except Exception as exc:  # noqa: BLE001
                     if "-v" in sys.argv:
                         traceback.print_exc()
