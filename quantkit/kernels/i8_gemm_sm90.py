@@ -12,8 +12,8 @@ tensor-core pipeline. Here the loop says what it means:
 * step k waits for its slot, issues the wgmma asynchronously and waits for step k - 1's wgmma only
   (``num_outstanding=1``), so the tensor cores always have the next step queued;
 * after a CTA barrier (both warpgroups read every weight tile, and each waits only for its own
-  wgmmas) step k - 1's slot is retired everywhere and takes tile k + STAGES - 1: STAGES - 2 tiles are
-  in flight ahead of the one being multiplied.
+  wgmmas) step k - 1's slot is retired everywhere and takes tile k + STAGES - 1: up to STAGES - 1
+  tiles are loaded or in flight ahead of the one being multiplied.
 
 Numerics: exact int32 accumulation in the tensor cores (|Σ| ≤ K·127² < 2³¹ for K < 133,000), then the
 family's epilogue, in the same order and without FMA contraction (``enable_fp_fusion=False``), so the
@@ -73,7 +73,7 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
         _issue(i, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
 
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, min(BLOCK_N, 128), 32])  # int8: n <= 128 here
+                                                         instr_shape=[16, min(BLOCK_N, 128), 32])  # (triton 3.6 lowers int8 wgmma up to n = 128)
     acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, mma_layout)
     # Step 0 outside the loop with use_acc=False: the accumulator entering the loop is then defined by
     # a wgmma, not by the zero fill (ptxas serializes every wgmma otherwise, warning C7515).
