@@ -72,8 +72,9 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
     for i in gl.static_range(STAGES - 1):
         _issue(i, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
 
+    # (Triton 3.6 lowers int8 wgmmas up to n = 128: a 256-wide tile is two of them.)
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, min(BLOCK_N, 128), 32])  # (triton 3.6 lowers int8 wgmma up to n = 128)
+                                                         instr_shape=[16, min(BLOCK_N, 128), 32])
     acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, mma_layout)
     # Step 0 outside the loop with use_acc=False: the accumulator entering the loop is then defined by
     # a wgmma, not by the zero fill (ptxas serializes every wgmma otherwise, warning C7515).

@@ -92,7 +92,8 @@ needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the Gluon GEMM needs an sm_
 
 
 def _both(bm, bn, pdl=False):
-    return (ik._two_pass(bm, bn, 128, 8, 4, mode="gluon", pdl=pdl), ik._two_pass(bm, bn, 128, 8, 4, mode="tma", pdl=pdl))
+    return (ik._two_pass(bm, bn, 128, 8, 4, mode="gluon", pdl=pdl),
+            ik._two_pass(bm, bn, 128, 8, 4, mode="tma", pdl=pdl))
 
 
 @pytest.mark.gpu
