@@ -24,8 +24,6 @@ workspace pads K to 16), a contiguous weight with K a multiple of 16.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -34,7 +32,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
-from quantkit.kernels.wo_gemm_sm90 import _grid_wait  # griddepcontrol.wait (PDL)
+# griddepcontrol.wait (PDL), the sm_90 check and the NVMMA tile layouts, as the weight-only GEMM has them
+from quantkit.kernels.wo_gemm_sm90 import _grid_wait, _is_sm90, _smem_layout
 from quantkit.reference.common import ceil_div
 
 
@@ -116,26 +115,11 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
 _i8_gemm_fast = cached(_i8_gemm_kernel)
 
 
-@functools.lru_cache(maxsize=None)
-def _is_sm90(index: int) -> bool:
-    return torch.cuda.get_device_capability(index)[0] == 9
-
-
-@functools.lru_cache(maxsize=None)
-def _smem_layout(rows: int, cols: int):
-    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.int8)
-
-
 def usable(a: torch.Tensor, stride_a: int, K: int, weight_q: torch.Tensor) -> bool:
     """Whether the kernel takes codes [M, K] at ``a`` (row stride ``stride_a``; ``a`` may be a flat
     workspace) and the weight [N, K]."""
     return (a.is_cuda and _is_sm90(a.device.index or 0) and K % 16 == 0 and stride_a % 16 == 0
             and a.data_ptr() % 16 == 0 and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
-
-
-def smem_bytes(cfg: dict) -> int:
-    """Shared memory of the operand ring (the H100 offers 227 KB a CTA)."""
-    return int(cfg["num_stages"]) * (int(cfg["BLOCK_M"]) + int(cfg["BLOCK_N"])) * int(cfg["BLOCK_K"])
 
 
 def launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K, cfg: dict,
@@ -144,8 +128,8 @@ def launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out,
     float32 row scales live at element ``a_scale_off`` of ``a_scale`` (any dtype: read as float32
     from there). ``pdl``: launched as a programmatic dependent of the previous grid."""
     bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
-    a_desc = TensorDescriptor(a, [M, K], [stride_a, 1], [bm, bk], _smem_layout(bm, bk))
-    b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, bk], _smem_layout(bn, bk))
+    a_desc = TensorDescriptor(a, [M, K], [stride_a, 1], [bm, bk], _smem_layout(bm, bk, gl.int8))
+    b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, bk], _smem_layout(bn, bk, gl.int8))
     opts = dict(num_warps=int(cfg["num_warps"]), enable_fp_fusion=False)
     if pdl:
         opts["launch_pdl"] = True

@@ -41,8 +41,9 @@ def _compile(cfg, out_dtype="bf16", bias=False):
 
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     fn = g._i8_gemm_kernel
-    sig = dict(a_desc=f"tensordesc<i8[{bm}, {bk}],{g._smem_layout(bm, bk)}>",
-               b_desc=f"tensordesc<i8[{bn}, {bk}],{g._smem_layout(bn, bk)}>", a_scale_ptr="*i8", a_scale_off="i32",
+    int8 = g.gl.int8
+    sig = dict(a_desc=f"tensordesc<i8[{bm}, {bk}],{g._smem_layout(bm, bk, int8)}>",
+               b_desc=f"tensordesc<i8[{bn}, {bk}],{g._smem_layout(bn, bk, int8)}>", a_scale_ptr="*i8", a_scale_off="i32",
                b_scale_ptr="*fp32", bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32",
                stride_cm="i32")
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=cfg["pdl"],
