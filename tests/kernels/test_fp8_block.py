@@ -502,6 +502,8 @@ GPU_EDGE_VARIANTS = [  # (config, x dtype): every kernel path once, at N % 128 !
     (fk._stream(16, 16, 4, 3, False), torch.bfloat16),
     (fk._swap(64, 64, 2, 4, 3, False, pdl=True), torch.float16),
     (fk._swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True), torch.bfloat16),
+    (fk._gluon(128, 128, 8, 4), torch.float32),
+    (fk._gluon(128, 128, 8, 4, pdl=True), torch.float16),
 ]
 
 
@@ -509,7 +511,7 @@ GPU_EDGE_VARIANTS = [  # (config, x dtype): every kernel path once, at N % 128 !
 @pytest.mark.parametrize("config,dtype", GPU_EDGE_VARIANTS, ids=[
     "gemv-fp32", "swap-fused-m1-fp16", "swap-fused-mma-bf16", "swap-fused-wgmma-bf16", "swap-fused-128-fp32",
     "swap-fp16", "tiled-tma-bf16", "tiled-fp16", "stream-fused-bf16", "stream-fused-m1-fp16",
-    "stream-fused-fp32", "stream-bf16", "swap-pdl-fp16", "swap-split-pdl-bf16"])
+    "stream-fused-fp32", "stream-bf16", "swap-pdl-fp16", "swap-split-pdl-bf16", "gluon-fp32", "gluon-pdl-fp16"])
 def test_kernel_paths_at_edges_gpu(config, dtype):
     torch.manual_seed(7)
     for m in {"gemv": (1, 3), "stream": (1, 13, 40)}.get(config["kernel"], (5, 300)):

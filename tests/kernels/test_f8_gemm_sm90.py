@@ -1,0 +1,157 @@
+"""The Gluon fp8 block-scaled GEMM of fp8-block at large M (quantkit.kernels.f8_gemm_sm90).
+
+Gluon kernels do not run in Triton's interpreter. On the CPU every config of the family that uses it
+(and fp16 / fp32 outputs, a bias, PDL) is compiled for sm_90 with the ptxas that ships with triton: no
+spills, the ring within an H100's shared memory, and the point of the kernel's structure — ptxas keeps
+each K block's four wgmmas in one group (one ``WARPGROUP.DEPBAR`` per block, not per wgmma) and warns of
+no serialization (C7514 / C7515). On the GPU its outputs are compared bit for bit with the Triton tiled
+GEMM's (the same wgmma chain per K block and the same promotion, in the same order) at odd M, N and K,
+every output dtype, with and without a bias, through ``gemm`` (row-major scales) and ``linear`` (K-major
+scales), with more tiles than SMs (the persistent loop), with PDL and replayed from a CUDA graph;
+problems it cannot take fall back and still match the reference.
+"""
+import re
+
+import pytest
+import torch
+
+from quantkit.kernels import fp8_block as fk
+from tests.helpers import assert_graph_replays_like
+from tests.kernels.test_fp8_block import LLAMA, check_linear, make_problem
+from tests.kernels.test_int8_weight_only import _sm90_tools, run_sm90_check
+
+
+def _gluon_configs():
+    seen, out = set(), []
+    for m in (1024, 4096):
+        for n, k in LLAMA:
+            for c in fk.candidate_configs(m, n, k) + [fk.default_config(m, n, k)]:
+                key = tuple(sorted(c.items()))
+                if c["kernel"] == "gluon" and key not in seen:
+                    seen.add(key)
+                    out.append(c)
+    return out
+
+
+def _compile(cfg, out_dtype="bf16", bias=False):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from quantkit.kernels import f8_gemm_sm90 as g
+
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], 128
+    fp8 = g.gl.float8e4nv
+    sig = dict(a_desc=f"tensordesc<fp8e4nv[{bm}, {bk}],{g._smem_layout(bm, bk, fp8)}>",
+               b_desc=f"tensordesc<fp8e4nv[{bn}, {bk}],{g._smem_layout(bn, bk, fp8)}>", as_ptr="*fp32",
+               stride_asm="i32", stride_ask="i32", bs_ptr="*fp32", stride_bsn="i32", stride_bsk="i32",
+               bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32", stride_cm="i32")
+    consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=bool(cfg.get("PDL")),
+                  CONSUMER_REGS=g.CONSUMER_REGS, num_warps=4)
+    sig.update({k: "constexpr" for k in consts})
+    return triton.compile(GluonASTSource(g._f8_gemm_kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=4))
+
+
+def _check_main() -> None:
+    """Compile every Gluon config (bf16; the first also fp16 + bias and fp32 + bias); print a line each,
+    'ok' last."""
+    configs = _gluon_configs()
+    jobs = [(c, "bf16", False) for c in configs] + [(configs[0], "fp16", True), (configs[0], "fp32", True)]
+    failures = []
+    for cfg, dtype, bias in jobs:
+        kernel = _compile(cfg, dtype, bias)
+        info, sass = _sm90_tools(kernel)
+        spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
+        regs = int(re.search(r"Used (\d+) registers", info).group(1))
+        mmas = len(re.findall(r"QGMMA\.64x\d+x32", sass))
+        depbars = len(re.findall(r"WARPGROUP\.DEPBAR", sass))
+        smem = kernel.metadata.shared
+        what = f"{cfg} {dtype} bias={bias}"
+        print(f"{what}: regs={regs} spills={spills} smem={smem} wgmmas={mmas} depbars={depbars}")
+        if spills or smem > 232448 or "C7514" in info or "C7515" in info or not mmas or 4 * depbars > mmas:
+            failures.append(what)
+    if failures:
+        print("FAILED:", failures)
+        raise SystemExit(1)
+    print("ok")
+
+
+def test_candidates_compile_for_sm90():
+    assert _gluon_configs(), "no Gluon config among the candidates"
+    run_sm90_check("from tests.kernels.test_f8_gemm_sm90 import _check_main; _check_main()")
+
+
+def test_default_is_the_gluon_gemm_at_large_m():
+    assert fk.default_config(1024, 4096, 4096)["kernel"] == "gluon"
+
+
+def test_gluon_config_checks():
+    fk._check_config(fk._gluon(128, 128, 8, 4, pdl=True), 128)
+    with pytest.raises(ValueError, match="BLOCK_M 128"):
+        fk._check_config(fk._gluon(64, 128, 8, 4), 128)
+    with pytest.raises(ValueError, match="BLOCK_M 128"):
+        fk._check_config(fk._gluon(128, 128, 4, 4), 128)
+    with pytest.raises(ValueError, match="fuse_act_quant"):
+        fk._check_config(dict(fk._gluon(128, 128, 8, 4), fuse_act_quant=True), 128)
+    assert fk._fit_block(fk._gluon(128, 128, 8, 4), 64)["BLOCK_N"] == 64
+
+
+def test_gluon_config_runs_the_tiled_kernel_on_the_cpu(kernel_device):
+    """Where the Gluon kernel cannot run (here: no GPU) the config runs the Triton tiled GEMM."""
+    if kernel_device != "cpu":
+        pytest.skip("the CPU path")
+    x, _, weight_q, weight_scale, b = make_problem(40, 96, 256, torch.bfloat16, True, "cpu")
+    check_linear(x, weight_q, weight_scale, b, "gluon config on the CPU", config=fk._gluon(128, 128, 8, 4))
+
+
+# --------------------------------------------------------------------------- GPU
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the Gluon GEMM needs an sm_90 GPU")
+TILED = fk._tiled(128, 128, 8, 4, True)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mnk", [(1000, 4000, 4224), (333, 4096, 4000), (77, 384, 256), (1100, 2000, 512),
+                                 (4096, 1024, 128)])
+def test_bit_identical_to_the_tiled_gemm_gpu(out_dtype, mnk):
+    m, n, k = mnk
+    torch.manual_seed(m + n + k)
+    x, _, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
+    x_q, x_s = fk.quantize_act(x)
+    for cfg in (fk._gluon(128, 128, 8, 4), fk._gluon(128, 128, 8, 3, group_m=16)):
+        for b in (None, bias):
+            y = fk.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=cfg)
+            assert torch.equal(y, fk.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=TILED)), \
+                f"gemm {mnk} {cfg} {out_dtype} bias={b is not None}"
+        y = fk.linear(x, weight_q, weight_scale, bias, config=cfg)
+        assert torch.equal(y, fk.linear(x, weight_q, weight_scale, bias, config=TILED)), f"linear {mnk} {cfg}"
+    check_linear(x, weight_q, weight_scale, bias, f"gluon {mnk} {out_dtype}", config=fk._gluon(128, 128, 8, 4))
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_problems_it_cannot_take_fall_back_gpu():
+    """K not a multiple of 16 (no TMA), 256-wide blocks: the config runs the tiled kernel."""
+    x, _, weight_q, weight_scale, b = make_problem(300, 260, 1000, torch.bfloat16, True, "cuda")
+    check_linear(x, weight_q, weight_scale, b, "K = 1000", config=fk._gluon(128, 128, 8, 4))
+    x, _, weight_q, weight_scale, b = make_problem(300, 512, 1024, torch.bfloat16, True, "cuda", block=256)
+    check_linear(x, weight_q, weight_scale, b, "block 256", config=fk._gluon(128, 128, 8, 4), block=256)
+    x, _, weight_q, weight_scale, b = make_problem(300, 512, 1024, torch.bfloat16, True, "cuda", block=64)
+    check_linear(x, weight_q, weight_scale, b, "block 64", config=fk._gluon(128, 128, 8, 4), block=64)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_pdl_and_cuda_graph_gpu():
+    gluon = fk._gluon(128, 128, 8, 4, pdl=True)
+    x, _, weight_q, weight_scale, bias = make_problem(1024, 2048, 4096, torch.bfloat16, True, "cuda")
+    assert torch.equal(fk.linear(x, weight_q, weight_scale, bias, config=gluon),
+                       fk.linear(x, weight_q, weight_scale, bias, config=TILED))
+    assert_graph_replays_like(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
+                              lambda t: fk.linear(t, weight_q, weight_scale, bias, config=TILED))
