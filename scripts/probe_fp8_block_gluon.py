@@ -21,8 +21,8 @@ TILED = F._tiled(128, 128, 8, 4, True)
 
 def variants():
     g = F._gluon
-    return [g(128, 128, 8, 4), g(128, 128, 8, 5), g(128, 128, 8, 6), g(128, 128, 8, 6, pdl=True),
-            g(128, 128, 8, 6, group_m=16)]
+    return [g(128, 128, 8, 4), g(128, 128, 8, 5), g(128, 128, 8, 5, pdl=True), g(128, 128, 8, 5, group_m=16),
+            g(128, 128, 8, 5, group_m=4)]
 
 
 def check():

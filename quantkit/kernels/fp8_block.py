@@ -955,8 +955,9 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
             f8_gemm_sm90.launch(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, block_size, config,
                                 pdl=pdl)
             return y
-        config = _tiled(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], config["num_stages"], True,
-                        config["GROUP_M"])
+        # (at most ~160 KB of operand ring: a 256-deep block doubles a stage)
+        stages = max(1, min(config["num_stages"], 160 * 1024 // ((config["BLOCK_M"] + config["BLOCK_N"]) * block_size)))
+        config = _tiled(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], stages, True, config["GROUP_M"])
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     x_desc = w_desc = None
     use_tma = config["tma"] and _tma_usable(weight_q) and _tma_usable(x)

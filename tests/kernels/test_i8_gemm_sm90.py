@@ -6,8 +6,8 @@ spills, the operand ring within an H100's shared memory, no serialized wgmmas (p
 point of the kernel — a wgmma kept in flight across K steps (``wgmma.wait_group 1`` in the loop). On
 the GPU its outputs are compared bit for bit with the Triton TMA kernel's (the same epilogue in the same
 order on the same int32 sums) at odd M, N and K, every output dtype, with and without a bias, through
-the layer's workspace path, with PDL and replayed from a CUDA graph; a K the kernel cannot take falls
-back and still matches the reference.
+the layer's workspace path, with PDL and replayed from a CUDA graph (the warp-specialized persistent
+variant too); a K the kernel cannot take falls back and still matches the reference.
 """
 import re
 
@@ -26,7 +26,7 @@ def _gluon_configs():
         for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
             for c in ik.candidate_configs(m, n, k) + [ik.default_config(m, n, k)]:
                 key = tuple(sorted(c.items()))
-                if c.get("mode") == "gluon" and key not in seen:
+                if c.get("mode") in ("gluon", "gluon_ws") and key not in seen:
                     seen.add(key)
                     out.append(c)
     return out
@@ -40,23 +40,29 @@ def _compile(cfg, out_dtype="bf16", bias=False):
     from quantkit.kernels import i8_gemm_sm90 as g
 
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    fn = g._i8_gemm_kernel
+    ws = cfg["mode"] == "gluon_ws"
+    fn = g._i8_gemm_ws_kernel if ws else g._i8_gemm_kernel
     int8 = g.gl.int8
     sig = dict(a_desc=f"tensordesc<i8[{bm}, {bk}],{g._smem_layout(bm, bk, int8)}>",
                b_desc=f"tensordesc<i8[{bn}, {bk}],{g._smem_layout(bn, bk, int8)}>", a_scale_ptr="*i8", a_scale_off="i32",
                b_scale_ptr="*fp32", bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32",
                stride_cm="i32")
+    warps = 4 if ws else cfg["num_warps"]  # (the warp-specialized kernel: one consumer warpgroup + workers)
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=cfg["pdl"],
-                  num_warps=cfg["num_warps"])
+                  num_warps=warps)
+    if ws:
+        consts["CONSUMER_REGS"] = g._WS_CONSUMER_REGS
     sig.update({k: "constexpr" for k in consts})
     return triton.compile(GluonASTSource(fn, sig, consts), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=cfg["num_warps"], enable_fp_fusion=False))
+                          options=dict(num_warps=warps, enable_fp_fusion=False))
 
 
 def _check_main() -> None:
     """Compile every Gluon config (bf16; the first also fp16 + bias and fp32); print a line each, 'ok' last."""
     configs = _gluon_configs()
-    jobs = [(c, "bf16", False) for c in configs] + [(configs[0], "fp16", True), (configs[0], "fp32", True)]
+    ws = next(c for c in configs if c["mode"] == "gluon_ws")
+    jobs = [(c, "bf16", False) for c in configs] + [(configs[0], "fp16", True), (configs[0], "fp32", True),
+                                                    (ws, "fp16", True), (ws, "fp32", True)]
     failures = []
     for cfg, dtype, bias in jobs:
         kernel = _compile(cfg, dtype, bias)
@@ -106,6 +112,11 @@ def test_bit_identical_to_the_triton_gemm_gpu(out_dtype, mnk):
     torch.manual_seed(m + n + k)
     x, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
     x_q, x_s = ik.quantize_act(x)
+    ws = ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws")
+    for b in (None, bias):  # the warp-specialized persistent kernel
+        y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=ws)
+        assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=_both(128, 128)[1])), \
+            f"gemm {mnk} gluon_ws {out_dtype} bias={b is not None}"
     for bm, bn in ((128, 256), (256, 128)):
         gluon, tma = _both(bm, bn)
         for b in (None, bias):
@@ -135,4 +146,7 @@ def test_pdl_and_cuda_graph_gpu():
     assert torch.equal(ik.linear(x, weight_q, weight_scale, bias, config=gluon),
                        ik.linear(x, weight_q, weight_scale, bias, config=tma))
     assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
+                              lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))
+    ws = ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws", pdl=True)
+    assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=ws), x.clone(),
                               lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))
