@@ -47,7 +47,7 @@ Kernels
                             1.4–1.6x the tiled kernel); it promotes per K block in float32 as the
                             reference does (outputs within the same bound, GPU-tested). Where cuBLAS
                             refuses a problem (M not a multiple of 4, a float32 output with a bias)
-                            the Triton GEMM runs; ``QUANTKIT_FP8_CUBLAS=0`` keeps every GEMM in Triton.
+                            our GEMM runs; ``QUANTKIT_FP8_CUBLAS=0`` keeps every GEMM our own.
 
   * ``decode`` config (M ≤ 16, sm_90): ``_act_quant_kernel`` writes the codes and K-major scales once,
                             then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90` multiplies
@@ -1111,7 +1111,7 @@ def _triton_gemm_config(m: int, n: int, k: int, block_size: int) -> dict:
 
 # Problems cuBLAS refused once (by (M, N, K, dtype)): not asked again.
 _CUBLAS_REFUSED: set = set()
-# QUANTKIT_FP8_CUBLAS=0 keeps every GEMM in Triton (the default config replaces "cublas" entries).
+# QUANTKIT_FP8_CUBLAS=0 keeps every GEMM our own (the default config replaces "cublas" entries).
 _CUBLAS_ALLOWED = os.environ.get("QUANTKIT_FP8_CUBLAS", "1") != "0" and hasattr(torch, "_scaled_mm")
 
 
