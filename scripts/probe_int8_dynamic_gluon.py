@@ -3,7 +3,9 @@ shipped Triton two-pass GEMM at M = 128-4096 on the benchmark shapes: the GEMM a
 (`int8_dynamic.gemm`) and the whole layer (`int8_dynamic.linear`), GPU time as the sweep measures it
 (CUDA-graph replay, L2 flushed), outputs checked bit-identical to the shipped config's.
 
-    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...] [--two-per-sm | --group]
+    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...] [--two-per-sm | --group | --ws]
+
+``--ws``: the warp-specialized persistent variant (mode ``gluon_ws``) at several tiles and stage counts.
 """
 import sys
 import traceback
@@ -21,6 +23,10 @@ def gluon_variants(m):
     if m <= 256:
         return [g(128, 128, 128, 8, 4), g(128, 128, 128, 8, 5), g(64, 128, 128, 4, 4), g(128, 128, 128, 8, 4, pdl=True),
                 g(128, 256, 128, 8, 4)]
+    if "--ws" in sys.argv:
+        w = lambda *a, **kw: A._two_pass(*a, mode="gluon_ws", **kw)  # noqa: E731
+        return [w(128, 256, 128, 8, 3), w(256, 128, 128, 8, 3), w(128, 128, 128, 8, 5), w(128, 128, 128, 8, 4),
+                w(128, 128, 128, 8, 5, pdl=True)]
     if "--group" in sys.argv:  # the grouped launch order's group height
         return [g(128, 256, 128, 8, 4, group_m=gm) for gm in (4, 8, 16, 32)] + \
                [g(256, 128, 128, 8, 4, group_m=gm) for gm in (4, 16)]
