@@ -409,6 +409,28 @@ def _sm90_tools(compiled) -> tuple[str, str]:
     return info, sass
 
 
+def run_compile_jobs(jobs, compile_fn, extra) -> None:
+    """Compile each (config, output dtype, bias) job for sm_90 with ``compile_fn``; print a line each
+    (registers, spills, shared memory and what ``extra(kernel, info, sass)`` returns: (text, ok)); exit 1
+    when a job spills, exceeds an H100's shared memory or ``extra`` says it is not ok; 'ok' last."""
+    failures = []
+    for cfg, dtype, bias in jobs:
+        kernel = compile_fn(cfg, dtype, bias)
+        info, sass = _sm90_tools(kernel)
+        spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
+        regs = int(re.search(r"Used (\d+) registers", info).group(1))
+        smem = kernel.metadata.shared
+        text, ok = extra(kernel, info, sass)
+        what = f"{cfg} {dtype} bias={bias}"
+        print(f"{what}: regs={regs} spills={spills} smem={smem} {text}")
+        if spills or smem > 232448 or not ok:
+            failures.append(what)
+    if failures:
+        print("FAILED:", failures)
+        raise SystemExit(1)
+    print("ok")
+
+
 def _sm90_check_main() -> None:
     """Run in a subprocess without TRITON_INTERPRET (see the test below): compile every launch of
     every candidate config of the 15 benchmark cells (bf16), and of each kernel's largest tiles with
