@@ -149,7 +149,8 @@ def _ws_load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, GR
 
 @gluon.jit
 def _ws_mma_partition(a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr, M, N, K,
-                      stride_cm, ROW0: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr):
+                      stride_cm, ROW0: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
+                      WAIT_PRIOR: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + BLOCK_M / 2 - 1 of each of the program's tiles, one wgmma
     kept in flight across K steps; the epilogue while the load warp fills the ring for the next tile."""
     BLOCK_M: gl.constexpr = a_ring.shape[1]
@@ -166,6 +167,8 @@ def _ws_mma_partition(a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_
                                                   warps_per_cta=[4, 1], order=[1, 0])
     num_k = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    if WAIT_PRIOR:
+        _grid_wait()  # the epilogue reads the row scales the grid before this one writes
     acc = gl.zeros((ROWS, BLOCK_N), gl.int32, mma_layout)
     it = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
@@ -227,9 +230,9 @@ def _i8_gemm_ws_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bi
     ROW_HI: gl.constexpr = BLOCK_M // 2
     gl.warp_specialize([
         (_ws_mma_partition, (a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr,
-                             M, N, K, stride_cm, ROW_LO, HAS_BIAS, GROUP_M)),
+                             M, N, K, stride_cm, ROW_LO, HAS_BIAS, GROUP_M, WAIT_PRIOR)),
         (_ws_mma_partition, (a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr,
-                             M, N, K, stride_cm, ROW_HI, HAS_BIAS, GROUP_M)),
+                             M, N, K, stride_cm, ROW_HI, HAS_BIAS, GROUP_M, WAIT_PRIOR)),
         (_ws_load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, GROUP_M, WAIT_PRIOR)),
     ], [4, 1], [CONSUMER_REGS, 40])
 
