@@ -35,8 +35,6 @@ contiguous weight; 32 ≤ b ≤ 128 and BLOCK_N dividing b (one weight scale per
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -45,7 +43,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
-from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _smem_layout
+from quantkit.kernels.i8_gemm_sm90 import _store_rows
+from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _num_sms, _smem_layout
 from quantkit.reference.common import ceil_div
 
 
@@ -100,11 +99,6 @@ def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_p
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, BLOCK_N, 32])
     scale_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
-    out_dtype: gl.constexpr = c_ptr.dtype.element_ty
-    VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
-    TPW_N: gl.constexpr = min(32, BLOCK_N // VEC)
-    store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, VEC], threads_per_warp=[32 // TPW_N, TPW_N],
-                                                  warps_per_cta=[4, 1], order=[1, 0])
     zero = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
     p = zero
     it = 0
@@ -124,15 +118,11 @@ def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_p
             acc = gl.fma(p, sc[:, None], acc)
             it += 1
 
-        # Bias on the float32 sum, one rounding; through shared memory into 16-byte stores.
+        # Bias on the float32 sum, one rounding, 16-byte stores.
         if HAS_BIAS:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
             acc = acc + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
-        y = gl.convert_layout(acc.to(out_dtype), store_layout)
-        rows = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, store_layout))
-        cols = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
-        ptrs = c_ptr + rows.to(gl.int64)[:, None] * stride_cm + cols[None, :]
-        gl.store(ptrs, y, mask=(rows < M)[:, None] & (cols < N)[None, :])
+        _store_rows(acc, c_ptr, M, N, stride_cm, off_m + ROW0, off_n, 4)
 
 
 @gluon.jit
@@ -171,11 +161,6 @@ def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stri
 
 
 _f8_gemm_fast = cached(_f8_gemm_kernel)
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 CONSUMER_REGS = 232  # registers a thread of the second consumer warpgroup (setmaxnreg; the load warp 40)

@@ -719,8 +719,9 @@ def _tiled(bm, bn, warps, stages, tma, group_m=8) -> dict:
 
 def _gluon(bm, bn, warps, stages, group_m=8, pdl=False) -> dict:
     """Large M, sm_90: the activation quantization kernel, then the Gluon GEMM of
-    :mod:`quantkit.kernels.f8_gemm_sm90`, which keeps the next K block's wgmma in flight while it
-    scales the last one's product (``pdl``: launched as a programmatic dependent of the quantization).
+    :mod:`quantkit.kernels.f8_gemm_sm90` (a load warp, two consumer warpgroups that scale their products
+    while the other's wgmmas run, persistent; ``pdl``: launched as a programmatic dependent of the
+    quantization).
     Where it cannot run (another GPU, K not a multiple of 16, b outside 32–128) the Triton TMA GEMM
     of the same tile runs."""
     cfg = {"kernel": "gluon", "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m, "fuse_act_quant": False,
@@ -956,8 +957,9 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
                                 pdl=pdl)
             return y
         # (at most ~160 KB of operand ring: a 256-deep block doubles a stage)
-        stages = max(1, min(config["num_stages"], 160 * 1024 // ((config["BLOCK_M"] + config["BLOCK_N"]) * block_size)))
-        config = _tiled(config["BLOCK_M"], config["BLOCK_N"], config["num_warps"], stages, True, config["GROUP_M"])
+        bm, bn = config["BLOCK_M"], config["BLOCK_N"]
+        stages = max(1, min(config["num_stages"], 160 * 1024 // ((bm + bn) * block_size)))
+        config = _tiled(bm, bn, config["num_warps"], stages, True, config["GROUP_M"])
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     x_desc = w_desc = None
     use_tma = config["tma"] and _tma_usable(weight_q) and _tma_usable(x)

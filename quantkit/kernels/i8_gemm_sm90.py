@@ -31,8 +31,6 @@ workspace pads K to 16), a contiguous weight with K a multiple of 16.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -41,8 +39,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
-# griddepcontrol.wait (PDL), the sm_90 check and the NVMMA tile layouts, as the weight-only GEMM has them
-from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _smem_layout
+# griddepcontrol.wait (PDL), the sm_90 check, the SM count and the NVMMA tile layouts, as the weight-only
+# GEMM has them
+from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _num_sms, _smem_layout
 from quantkit.reference.common import ceil_div
 
 
@@ -56,6 +55,38 @@ def _issue(k, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES
     mbarrier.expect(ready.index(s), nbytes, pred=pred)
     tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], ready.index(s), a_ring.index(s), pred=pred)
     tma.async_copy_global_to_shared(b_desc, [off_n, k * BLOCK_K], ready.index(s), b_ring.index(s), pred=pred)
+
+
+@gluon.jit
+def _scaled(acc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, M, N, off_m, off_n, HAS_BIAS: gl.constexpr):
+    """The family's epilogue on an int32 tile at (off_m, off_n), in float32: (f32(acc) · x_scale[m]) ·
+    w_scale[n] (+ bias[n]); the row scales are read as float32 from element ``a_scale_off``."""
+    layout: gl.constexpr = acc.type.layout
+    offs_m = off_m + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
+    offs_n = off_n + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
+    a_s = gl.load((a_scale_ptr + a_scale_off).to(gl.pointer_type(gl.float32)) + offs_m, mask=offs_m < M, other=0.0)
+    b_s = gl.load(b_scale_ptr + offs_n, mask=offs_n < N, other=0.0)
+    y = acc.to(gl.float32) * a_s[:, None] * b_s[None, :]
+    if HAS_BIAS:
+        y = y + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
+    return y
+
+
+@gluon.jit
+def _store_rows(y, c_ptr, M, N, stride_cm, off_m, off_n, WARPS: gl.constexpr):
+    """The float32 tile ``y`` at (off_m, off_n) rounded once to c's dtype and stored through shared
+    memory in rows of 16-byte stores (stores straight from a wgmma layout measured 5-20 % slower)."""
+    ROWS: gl.constexpr = y.shape[0]
+    COLS: gl.constexpr = y.shape[1]
+    VEC: gl.constexpr = 128 // c_ptr.dtype.element_ty.primitive_bitwidth  # 16 bytes a thread
+    TPW_N: gl.constexpr = min(32, COLS // VEC)
+    store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, VEC], threads_per_warp=[32 // TPW_N, TPW_N],
+                                                  warps_per_cta=[WARPS, 1], order=[1, 0])
+    y = gl.convert_layout(y.to(c_ptr.dtype.element_ty), store_layout)
+    rows = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, store_layout))
+    cols = off_n + gl.arange(0, COLS, layout=gl.SliceLayout(0, store_layout))
+    ptrs = c_ptr + rows.to(gl.int64)[:, None] * stride_cm + cols[None, :]
+    gl.store(ptrs, y, mask=(rows < M)[:, None] & (cols < N)[None, :])
 
 
 @gluon.jit
@@ -101,24 +132,9 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
-    # The family's epilogue: (f32(acc) · x_scale[m]) · w_scale[n] (+ bias[n]), one rounding; then the
-    # tile goes through shared memory (the ring's, free now) into rows of 16-byte stores.
-    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
-    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
-    a_s = gl.load((a_scale_ptr + a_scale_off).to(gl.pointer_type(gl.float32)) + offs_m, mask=offs_m < M, other=0.0)
-    b_s = gl.load(b_scale_ptr + offs_n, mask=offs_n < N, other=0.0)
-    y = acc.to(gl.float32) * a_s[:, None] * b_s[None, :]
-    if HAS_BIAS:
-        y = y + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
-    VEC: gl.constexpr = 128 // c_ptr.dtype.element_ty.primitive_bitwidth  # 16 bytes a thread
-    TPW_N: gl.constexpr = min(32, BLOCK_N // VEC)
-    store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, VEC], threads_per_warp=[32 // TPW_N, TPW_N],
-                                                  warps_per_cta=[num_warps, 1], order=[1, 0])
-    y = gl.convert_layout(y.to(c_ptr.dtype.element_ty), store_layout)
-    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, store_layout))
-    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
-    ptrs = c_ptr + offs_m.to(gl.int64)[:, None] * stride_cm + offs_n[None, :]
-    gl.store(ptrs, y, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+    # The family's epilogue, one rounding; the tile goes through shared memory (the ring's, free now).
+    y = _scaled(acc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, M, N, off_m, off_n, HAS_BIAS)
+    _store_rows(y, c_ptr, M, N, stride_cm, off_m, off_n, num_warps)
 
 
 @gluon.jit
@@ -160,11 +176,6 @@ def _ws_mma_partition(a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_
     ROWS: gl.constexpr = BLOCK_M // 2
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, min(BLOCK_N, 128), 32])
-    out_dtype: gl.constexpr = c_ptr.dtype.element_ty
-    VEC: gl.constexpr = 128 // out_dtype.primitive_bitwidth
-    TPW_N: gl.constexpr = min(32, BLOCK_N // VEC)
-    store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, VEC], threads_per_warp=[32 // TPW_N, TPW_N],
-                                                  warps_per_cta=[4, 1], order=[1, 0])
     num_k = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
     if WAIT_PRIOR:
@@ -194,21 +205,8 @@ def _ws_mma_partition(a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_
         gl.thread_barrier()
         mbarrier.arrive(empty.index((it - 1) % STAGES), count=1)
 
-        # The family's epilogue: (f32(acc) · x_scale[m]) · w_scale[n] (+ bias[n]), one rounding.
-        offs_m = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
-        offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
-        a_s = gl.load((a_scale_ptr + a_scale_off).to(gl.pointer_type(gl.float32)) + offs_m, mask=offs_m < M,
-                      other=0.0)
-        b_s = gl.load(b_scale_ptr + offs_n, mask=offs_n < N, other=0.0)
-        y = acc.to(gl.float32) * a_s[:, None] * b_s[None, :]
-        if HAS_BIAS:
-            y = y + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
-        # Through shared memory into 16-byte stores (stores from the wgmma layout: 5-20 % slower).
-        y = gl.convert_layout(y.to(out_dtype), store_layout)
-        rows = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, store_layout))
-        cols = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, store_layout))
-        ptrs = c_ptr + rows.to(gl.int64)[:, None] * stride_cm + cols[None, :]
-        gl.store(ptrs, y, mask=(rows < M)[:, None] & (cols < N)[None, :])
+        y = _scaled(acc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, M, N, off_m, off_n, HAS_BIAS)
+        _store_rows(y, c_ptr, M, N, stride_cm, off_m, off_n, 4)
 
 
 @gluon.jit
@@ -264,11 +262,6 @@ def launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out,
         a_desc, b_desc, a_scale, a_scale_off, weight_scale, bias if bias is not None else weight_scale, out,
         M, N, K, out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg["GROUP_M"]),
         STAGES=int(cfg["num_stages"]), WAIT_PRIOR=pdl, **opts)
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def launch_ws(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K, cfg: dict,
