@@ -852,8 +852,10 @@ def _fused_default(N: int) -> dict:
 # The sweep's search space by M bucket: ≤ 8 per cell, ≤ 24 distinct over the 15 benchmark cells, each
 # compiled offline for sm_90 without spills (notes/fp8_block.md). Every M ≤ 16 entry is fused or the
 # Gluon decode kernel: the output's allocation is the only one.
-_GLUON_DECODE = [_decode(1, 4), _decode(1, 8), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8), _decode(1, 4, wm=2, dk=128),
-                 _decode(1, 2, wm=4)]
+# 32-row programs of two warps (MT 2, WK 2) replaced WK 8 and WM 4, which no sweep picked: a wider probe
+# (notes/fp8_block.md, round 13) found them 6 % faster than the fused swap kernel at 14336 x 4096, M = 16.
+_GLUON_DECODE = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
+                 _decode(1, 4, wm=2, dk=128), _decode(2, 2, wm=2, dk=128)]
 # M = 1 stays with the fused kernels: the decode kernel measured ~2 µs faster per layer with L2 flushed
 # (14336-wide shapes) but slower inside a CUDA-graph decode step, where x is hot in L2 and its quantization
 # kernel is one more grid to wait for (end to end b1 4.26 -> 4.63 ms; notes/fp8_block.md, round 7).

@@ -678,7 +678,9 @@ def _fused_default(N: int) -> dict:
 
 
 # The search space: one list per M range, <= 8 configs each, 24 distinct over the benchmark cells.
-_DECODE_CANDIDATES = [_decode(1, 4), _decode(1, 8), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
+# (32-row programs of two warps, MT 2 / WK 2, took the place of WK 8, which no sweep picked: 6 % faster at
+# 14336 x 4096, M = 16 in a wider probe, notes/int8_dynamic.md, round 13)
+_DECODE_CANDIDATES = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
                       _decode(1, 4, wm=2, dk=128), _decode(1, 2, wm=4)]
 # M = 1 stays with the GEMVs: the decode kernel measured up to 5 µs faster per layer with L2 flushed (14336-wide
 # shapes) but not inside a CUDA-graph decode step, where x is hot in L2 and its quantization kernel is one

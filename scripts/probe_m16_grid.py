@@ -1,0 +1,81 @@
+"""A wider grid of M <= 16 configs than the sweep's eight: fp8-block (``swap`` and ``stream`` with x quantized
+in every program, the Gluon decode kernel after one quantization launch), int8-dynamic (``fused``, ``stream``,
+decode) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
+replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against the shipped
+config's (max |d|).
+
+    PYTHONPATH=. python scripts/probe_m16_grid.py [fp8|int8|int4] [M] [NxK ...]
+"""
+import itertools
+import sys
+
+import torch
+
+from quantkit.kernels import fp8_block as F
+from quantkit.kernels import int4_weight_only as Q
+from quantkit.kernels import int8_dynamic as I
+from quantkit.kernels import tuning
+
+
+def fp8_grid():
+    out = []
+    for bw, groups, warps, stages in itertools.product((64, 128), (1, 2, 4), (4, 8), (3, 4, 5)):
+        out.append(F._swap(bw, 16, groups, warps, stages, True))
+    for bw, bx, warps, stages in itertools.product((16, 32, 64), (16,), (4, 8), (3, 4)):
+        out.append(F._stream(bw, bx, warps, stages))
+    for mt, wk, wm, dk, sub, bm in itertools.product((1, 2), (2, 4, 8), (1, 2), (64, 128), (1,), (8, 16)):
+        if wk * wm <= 16 and not (mt == 2 and wm == 4):
+            out.append(F._decode(mt, wk, wm=wm, dk=dk, sub=sub, bm=bm))
+    return out
+
+
+def int8_grid():
+    out = []
+    for bn, bk, warps, stages in itertools.product((32, 64, 128), (256, 512), (4, 8), (3, 4)):
+        out.append(I._fused(bn, bk, warps, stages))
+    for bn, bk, warps, stages, bm in itertools.product((16, 32), (128, 256), (4, 8), (3, 4), (16,)):
+        out.append(I._stream(bn, bk, warps, stages, bm=bm))
+    for mt, wk, wm, dk, sub, bm in itertools.product((1, 2), (2, 4, 8), (1, 2), (64, 128), (1,), (8, 16)):
+        if wk * wm <= 16 and not (mt == 2 and wm == 4):
+            out.append(I._decode(mt, wk, wm=wm, dk=dk, sub=sub, bm=bm))
+    return out
+
+
+def int4_grid():
+    out = []
+    for mt, wk, wm, xpf in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2), (True, False)):
+        if wk * wm <= 16 and mt * wm <= 4:
+            out.append(Q._decode(mt, wk, wm=wm, xpf=xpf))
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    fam = args.pop(0) if args and args[0] in ("fp8", "int8", "int4") else "fp8"
+    m = int(args.pop(0)) if args and args[0].isdigit() else 16
+    shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
+    mod, configs = {"fp8": (F, fp8_grid()), "int8": (I, int8_grid()), "int4": (Q, int4_grid())}[fam]
+    torch.manual_seed(0)
+    for n, k in shapes:
+        inputs = mod.make_bench_inputs(n, k)  # every argument of the family's linear() after x
+        w = (torch.randn(n, k, device="cuda") * 0.02).to(torch.bfloat16)
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        shipped = mod.linear(x, *inputs)
+        t_bf16 = tuning.gpu_time_ms(lambda: torch.nn.functional.linear(x, w)) * 1e3
+        t_ship = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs)) * 1e3
+        print(f"{fam} {n}x{k} M={m}: bf16 {t_bf16:.2f} us; shipped {t_ship:.2f} us ({t_bf16 / t_ship:.2f}x)", flush=True)
+        rows = []
+        for cfg in configs:
+            try:
+                y = mod.linear(x, *inputs, config=cfg)
+                d = (y.float() - shipped.float()).abs().max().item()
+                t = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs, config=cfg)) * 1e3
+                rows.append((t, cfg, d))
+            except Exception as exc:  # noqa: BLE001
+                print(f"  failed {type(exc).__name__}: {str(exc)[:160]} {cfg}", flush=True)
+        for t, cfg, d in sorted(rows, key=lambda r: r[0])[:25]:
+            print(f"  {t:6.2f} us ({t_bf16 / t:.2f}x)  max|d| vs shipped {d:.3g}  {cfg}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
