@@ -1,10 +1,10 @@
-"""A wider grid of M <= 16 configs than the sweep's eight: fp8-block (``swap`` and ``stream`` with x quantized
+"""A wider grid of configs than the sweep's eight per cell, at M <= 16: fp8-block (``swap`` and ``stream`` with x quantized
 in every program, the Gluon decode kernel after one quantization launch), int8-dynamic (``fused``, ``stream``,
-decode) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
+decode; ``int8l``: its Gluon GEMMs at large M) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
 replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against the shipped
 config's (max |d|).
 
-    PYTHONPATH=. python scripts/probe_m16_grid.py [fp8|int8|int4] [M] [NxK ...]
+    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|int8|int8l|int4] [M] [NxK ...]
 """
 import itertools
 import sys
@@ -41,6 +41,21 @@ def int8_grid():
     return out
 
 
+def int8_large_grid():
+    out = []
+    for bm, bn, bk, stages in [(128, 256, 128, 3), (128, 256, 128, 4), (256, 128, 128, 3), (256, 128, 128, 4),
+                               (128, 256, 64, 6), (256, 128, 64, 6), (128, 256, 64, 8)]:
+        for pdl in (False, True):
+            out.append(I._two_pass(bm, bn, bk, 8, stages, mode="gluon", pdl=pdl))
+    for bm, bn, bk, stages in [(128, 128, 128, 5), (128, 128, 128, 6), (128, 256, 128, 3), (128, 256, 128, 4),
+                               (256, 128, 128, 3), (256, 128, 128, 4), (128, 256, 64, 6), (256, 128, 64, 6),
+                               (128, 256, 64, 8), (256, 128, 64, 8)]:
+        for group_m in (8, 16):
+            out.append(I._two_pass(bm, bn, bk, 8, stages, mode="gluon_ws", group_m=group_m))
+        out.append(I._two_pass(bm, bn, bk, 8, stages, mode="gluon_ws", pdl=True))
+    return out
+
+
 def int4_grid():
     out = []
     for mt, wk, wm, xpf in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2), (True, False)):
@@ -51,10 +66,11 @@ def int4_grid():
 
 def main():
     args = sys.argv[1:]
-    fam = args.pop(0) if args and args[0] in ("fp8", "int8", "int4") else "fp8"
+    fam = args.pop(0) if args and args[0] in ("fp8", "int8", "int8l", "int4") else "fp8"
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
-    mod, configs = {"fp8": (F, fp8_grid()), "int8": (I, int8_grid()), "int4": (Q, int4_grid())}[fam]
+    mod, configs = {"fp8": (F, fp8_grid()), "int8": (I, int8_grid()), "int8l": (I, int8_large_grid()),
+                    "int4": (Q, int4_grid())}[fam]
     torch.manual_seed(0)
     for n, k in shapes:
         inputs = mod.make_bench_inputs(n, k)  # every argument of the family's linear() after x
