@@ -1,10 +1,10 @@
 """A wider grid of configs than the sweep's eight per cell, at M <= 16: fp8-block (``swap`` and ``stream`` with x quantized
 in every program, the Gluon decode kernel after one quantization launch), int8-dynamic (``fused``, ``stream``,
-decode; ``int8l``: its Gluon GEMMs at large M) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
+decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``fp8m``: fp8-block's at M = 17-256) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
 replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against the shipped
 config's (max |d|).
 
-    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|int8|int8l|int4] [M] [NxK ...]
+    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|int8|int8m|int8l|int4] [M] [NxK ...]
 """
 import itertools
 import sys
@@ -56,6 +56,29 @@ def int8_large_grid():
     return out
 
 
+def fp8_mid_grid():
+    out = []
+    for (bw, bx), groups, warps, split in itertools.product([(64, 64), (128, 64), (64, 128), (128, 128), (32, 128)],
+                                                            (1, 2), (4, 8), (1, 2)):
+        out.append(F._swap(bw, bx, groups, warps, 3, False, split_k=split, pdl=True))
+    for stages, split, pdl in itertools.product((4, 5), (1, 2, 4), (False, True)):
+        out.append(F._swap(64, 64, 2, 4, stages, False, split_k=split, pdl=pdl))
+    out += [F._tiled(64, 128, 4, 4, False), F._tiled(128, 128, 8, 4, True), F._gluon(128, 128, 8, 4),
+            F._gluon(128, 64, 8, 4), F._gluon(128, 64, 8, 6, pdl=True)]
+    return out
+
+
+def int8_mid_grid():
+    out = []
+    for (bm, bn), split, pdl, stages in itertools.product([(64, 64), (64, 128), (128, 64), (128, 128)], (1, 2, 4),
+                                                          (False, True), (3, 4)):
+        out.append(I._two_pass(bm, bn, 128, 4 if bm == 64 else 8, stages, pdl=pdl, split_k=split))
+    for mode, (bm, bn), pdl in itertools.product(("tma", "gluon"), [(64, 128), (128, 64), (128, 128)], (False, True)):
+        out.append(I._two_pass(bm, bn, 128, 4 if bm == 64 else 8, 4, mode=mode, pdl=pdl))
+    out += [I._two_pass(128, 128, 128, 8, s, mode="gluon_ws", pdl=p) for s in (4, 5) for p in (False, True)]
+    return out
+
+
 def int4_grid():
     out = []
     for mt, wk, wm, xpf in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2), (True, False)):
@@ -66,11 +89,11 @@ def int4_grid():
 
 def main():
     args = sys.argv[1:]
-    fam = args.pop(0) if args and args[0] in ("fp8", "int8", "int8l", "int4") else "fp8"
+    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "int8", "int8m", "int8l", "int4") else "fp8"
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
-    mod, configs = {"fp8": (F, fp8_grid()), "int8": (I, int8_grid()), "int8l": (I, int8_large_grid()),
-                    "int4": (Q, int4_grid())}[fam]
+    mod, configs = {"fp8": (F, fp8_grid()), "fp8m": (F, fp8_mid_grid()), "int8": (I, int8_grid()),
+                    "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int4": (Q, int4_grid())}[fam]
     torch.manual_seed(0)
     for n, k in shapes:
         inputs = mod.make_bench_inputs(n, k)  # every argument of the family's linear() after x

@@ -825,7 +825,10 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M <= 64:
         return _swap(64, 64, 1, 4, 4, False)
     if M <= 256:
-        return _swap(64, 64, 2, 4, 3, False)
+        # The Gluon GEMM with 64-wide tiles, launched while the quantization runs (its Triton tiled
+        # fallback elsewhere): 4-21 % faster than the swap kernel's best at M = 128 on the Llama shapes
+        # and the lm_head (H100 sweep, notes/fp8_block.md, round 13).
+        return _gluon(128, 64, 8, 6, pdl=True)
     # The Gluon GEMM on sm_90 (its Triton tiled fallback elsewhere): 1.4-1.6x the tiled kernel.
     return _gluon(128, 128, 8, 4)
 
@@ -862,9 +865,12 @@ _GLUON_DECODE = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128), _d
 _DECODE_1 = [_stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(16, 1, 4, 3)]
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _stream(32, 8, 4, 3)] + _GLUON_DECODE
 # (round 7's one-group split-K 4 candidate never won a cell: its place went to the PDL variants)
+# The Gluon GEMM with 64-wide tiles and PDL: 18.8 against the split-K swap kernel's 20.6 µs at 4096², M = 128
+# in a wider probe (notes/fp8_block.md, round 13).
 _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
         _swap(64, 64, 2, 4, 3, False, split_k=4), _tiled(64, 128, 4, 4, False),
-        _swap(64, 64, 2, 4, 3, False, pdl=True), _swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True)]
+        _swap(64, 64, 2, 4, 3, False, pdl=True), _swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True),
+        _gluon(128, 64, 8, 6, pdl=True)]
 # Large M: the Gluon GEMM (kernels/f8_gemm_sm90.py, warp-specialized and persistent), cuBLAS, and the
 # Triton tiled GEMM the Gluon one falls back to. Round 12's probe (GPU time): Gluon 4 stages within
 # -2..+8 % of cuBLAS at M = 1024-4096, 5 stages 5-11 % slower than 4; the tiled GEMM ~1.5x slower.

@@ -23,7 +23,7 @@ from tests.kernels.test_int8_weight_only import run_compile_jobs, run_sm90_check
 
 def _gluon_configs():
     seen, out = set(), []
-    for m in (1024, 4096):
+    for m in (128, 1024, 4096):
         for n, k in LLAMA:
             for c in fk.candidate_configs(m, n, k) + [fk.default_config(m, n, k)]:
                 key = tuple(sorted(c.items()))
@@ -115,7 +115,7 @@ def test_bit_identical_to_the_tiled_gemm_gpu(out_dtype, mnk):
     torch.manual_seed(m + n + k)
     x, _, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
     x_q, x_s = fk.quantize_act(x)
-    for cfg in (fk._gluon(128, 128, 8, 4), fk._gluon(128, 128, 8, 3, group_m=16)):
+    for cfg in (fk._gluon(128, 128, 8, 4), fk._gluon(128, 128, 8, 3, group_m=16), fk._gluon(128, 64, 8, 6, pdl=True)):
         for b in (None, bias):
             y = fk.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=cfg)
             assert torch.equal(y, fk.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=TILED)), \
