@@ -1,10 +1,10 @@
 """A wider grid of configs than the sweep's eight per cell, at M <= 16: fp8-block (``swap`` and ``stream`` with x quantized
 in every program, the Gluon decode kernel after one quantization launch), int8-dynamic (``fused``, ``stream``,
-decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``fp8m``: fp8-block's at M = 17-256) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
+decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``fp8m``: fp8-block's at M = 17-256; ``fp8g``: its Gluon GEMM with narrow tiles) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
 replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against the shipped
 config's (max |d|).
 
-    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|int8|int8m|int8l|int4] [M] [NxK ...]
+    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|fp8g|int8|int8m|int8l|int4] [M] [NxK ...]
 """
 import itertools
 import sys
@@ -27,6 +27,11 @@ def fp8_grid():
         if wk * wm <= 16 and not (mt == 2 and wm == 4):
             out.append(F._decode(mt, wk, wm=wm, dk=dk, sub=sub, bm=bm))
     return out
+
+
+def fp8_gluon_grid():
+    """The Gluon GEMM (TMA ring, persistent) with narrow tiles, launched while the quantization runs."""
+    return [F._gluon(128, bn, 8, stages, pdl=True) for bn in (32, 64) for stages in (6, 8, 10)]
 
 
 def int8_grid():
@@ -89,10 +94,10 @@ def int4_grid():
 
 def main():
     args = sys.argv[1:]
-    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "int8", "int8m", "int8l", "int4") else "fp8"
+    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int4") else "fp8"
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
-    mod, configs = {"fp8": (F, fp8_grid()), "fp8m": (F, fp8_mid_grid()), "int8": (I, int8_grid()),
+    mod, configs = {"fp8": (F, fp8_grid()), "fp8m": (F, fp8_mid_grid()), "fp8g": (F, fp8_gluon_grid()), "int8": (I, int8_grid()),
                     "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int4": (Q, int4_grid())}[fam]
     torch.manual_seed(0)
     for n, k in shapes:
