@@ -1,10 +1,10 @@
 """A wider grid of configs than the sweep's eight per cell, at M <= 16: fp8-block (``swap`` and ``stream`` with x quantized
 in every program, the Gluon decode kernel after one quantization launch), int8-dynamic (``fused``, ``stream``,
-decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``fp8m``: fp8-block's at M = 17-256; ``fp8g``: its Gluon GEMM with narrow tiles) and int4 weight-only (the Gluon decode kernel), GPU time as the sweep measures it (CUDA-graph
+decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``fp8m``: fp8-block's at M = 17-256; ``fp8g``: its Gluon GEMM with narrow tiles) and int4 weight-only (the Gluon decode kernel; ``int4l``: its Gluon GEMM at large M), GPU time as the sweep measures it (CUDA-graph
 replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against the shipped
 config's (max |d|).
 
-    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|fp8g|int8|int8m|int8l|int4] [M] [NxK ...]
+    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|fp8g|int8|int8m|int8l|int4|int4l] [M] [NxK ...]
 """
 import itertools
 import sys
@@ -84,6 +84,15 @@ def int8_mid_grid():
     return out
 
 
+def int4_large_grid():
+    out = []
+    for (bm, bn), stages, group_m, persistent in itertools.product([(256, 128), (128, 256), (128, 128)], (4, 5, 6),
+                                                                    (8, 16), (False, True)):
+        out.append(Q._tma_wgmma(bm, bn, 64, 8, stages, group_m, persistent))
+    out += [Q._tma_wgmma(stages=s, stream_k=True) for s in (4, 5, 6)]
+    return out
+
+
 def int4_grid():
     out = []
     for mt, wk, wm, xpf in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2), (True, False)):
@@ -94,11 +103,12 @@ def int4_grid():
 
 def main():
     args = sys.argv[1:]
-    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int4") else "fp8"
+    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int4", "int4l") else "fp8"
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
     mod, configs = {"fp8": (F, fp8_grid()), "fp8m": (F, fp8_mid_grid()), "fp8g": (F, fp8_gluon_grid()), "int8": (I, int8_grid()),
-                    "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int4": (Q, int4_grid())}[fam]
+                    "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int4": (Q, int4_grid()),
+                    "int4l": (Q, int4_large_grid())}[fam]
     torch.manual_seed(0)
     for n, k in shapes:
         inputs = mod.make_bench_inputs(n, k)  # every argument of the family's linear() after x
