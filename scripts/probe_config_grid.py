@@ -1,10 +1,10 @@
 """A wider grid of configs than the sweep's eight per cell, at M <= 16: fp8-block (``swap`` and ``stream`` with x quantized
 in every program, the Gluon decode kernel after one quantization launch), int8-dynamic (``fused``, ``stream``,
-decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``fp8m``: fp8-block's at M = 17-256; ``fp8g``: its Gluon GEMM with narrow tiles) and int4 weight-only (the Gluon decode kernel; ``int4l``: its Gluon GEMM at large M), GPU time as the sweep measures it (CUDA-graph
+decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8w``: int8 weight-only's stream and decode kernels; ``fp8m``: fp8-block's at M = 17-256; ``fp8g``: its Gluon GEMM with narrow tiles) and int4 weight-only (the Gluon decode kernel; ``int4l``: its Gluon GEMM at large M), GPU time as the sweep measures it (CUDA-graph
 replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against the shipped
 config's (max |d|).
 
-    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|fp8g|int8|int8m|int8l|int4|int4l] [M] [NxK ...]
+    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|fp8g|int8|int8m|int8l|int8w|int4|int4l] [M] [NxK ...]
 """
 import itertools
 import sys
@@ -14,6 +14,7 @@ import torch
 from quantkit.kernels import fp8_block as F
 from quantkit.kernels import int4_weight_only as Q
 from quantkit.kernels import int8_dynamic as I
+from quantkit.kernels import int8_weight_only as W
 from quantkit.kernels import tuning
 
 
@@ -93,6 +94,17 @@ def int4_large_grid():
     return out
 
 
+def int8_wo_grid():
+    out = []
+    for bn, bk, warps, stages in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8), (2, 3, 4)):
+        if bn * bk <= 16384:
+            out.append(W._stream_config(bn, bk, warps, stages))
+    for mt, wk, wm, sub, xpf in itertools.product((1, 2, 4), (2, 4, 8), (1, 2), (1, 2), (True, False)):
+        if wk * wm <= 16 and mt * wm <= 4:
+            out.append(W._decode_config(mt, wk, wm=wm, sub=sub, xpf=xpf))
+    return out
+
+
 def int4_grid():
     out = []
     for mt, wk, wm, xpf in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2), (True, False)):
@@ -103,15 +115,16 @@ def int4_grid():
 
 def main():
     args = sys.argv[1:]
-    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int4", "int4l") else "fp8"
+    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int8w", "int4", "int4l") else "fp8"
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
     mod, configs = {"fp8": (F, fp8_grid()), "fp8m": (F, fp8_mid_grid()), "fp8g": (F, fp8_gluon_grid()), "int8": (I, int8_grid()),
-                    "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int4": (Q, int4_grid()),
+                    "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int8w": (W, int8_wo_grid()), "int4": (Q, int4_grid()),
                     "int4l": (Q, int4_large_grid())}[fam]
     torch.manual_seed(0)
     for n, k in shapes:
-        inputs = mod.make_bench_inputs(n, k)  # every argument of the family's linear() after x
+        # every argument of the family's linear() after x
+        inputs = mod.make_bench_inputs(n, k, torch.bfloat16) if mod is W else mod.make_bench_inputs(n, k)
         w = (torch.randn(n, k, device="cuda") * 0.02).to(torch.bfloat16)
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         shipped = mod.linear(x, *inputs)
