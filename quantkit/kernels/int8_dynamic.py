@@ -685,7 +685,9 @@ _DECODE_CANDIDATES = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128
 # M = 1 stays with the GEMVs: the decode kernel measured up to 5 µs faster per layer with L2 flushed (14336-wide
 # shapes) but not inside a CUDA-graph decode step, where x is hot in L2 and its quantization kernel is one
 # more grid to wait for (notes/int8_dynamic.md, round 7).
-_GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(32, 256, 4, 4)]
+# (The unpipelined 1024-deep GEMV took the place of 32 x 256, which no sweep picked: 16 % faster than the
+# 2-stage one at 4096 x 14336 in a wider probe, notes/int8_dynamic.md, round 13.)
+_GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(8, 1024, 4, 1)]
 _FUSED_CANDIDATES = [_fused(64, 256, 8, 3), _stream(32, 128, 4, 3, bm=8)] + _DECODE_CANDIDATES
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
