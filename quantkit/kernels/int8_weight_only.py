@@ -460,7 +460,9 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _gemv_config(8, 1024, 4, 3),
             _gemv_config(8, 512, 4, 1),
             _stream_config(16, 512, 4, 4),
-            _decode_config(1, 4),
+            # (in the place of the decode kernel's MT 1 / WK 4, which no sweep picked: 7 % faster than the
+            # decode kernel at 4096 x 14336 in a wider probe, notes/int8_weight_only.md, round 13)
+            _gemv_config(8, 1024, 4, 1),
             _decode_config(1, 8),
             _decode_config(1, 8, sub=2, xpf=False),
         ]
