@@ -686,7 +686,9 @@ _DECODE_CANDIDATES = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128
 # shapes) but not inside a CUDA-graph decode step, where x is hot in L2 and its quantization kernel is one
 # more grid to wait for (notes/int8_dynamic.md, round 7).
 # (The unpipelined 1024-deep GEMV took the place of 32 x 256, which no sweep picked: 16 % faster than the
-# 2-stage one at 4096 x 14336 in a wider probe, notes/int8_dynamic.md, round 13.)
+# 2-stage one at 4096 x 14336 in a wider probe. The sweep also picks it at 4096², 14336 x 4096 and
+# 1024 x 4096 by 2-5 %, but there it made the CUDA-graph decode step 2 % slower, so the shipped table
+# has it at 4096 x 14336 only: notes/int8_dynamic.md, round 13.)
 _GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(8, 1024, 4, 1)]
 _FUSED_CANDIDATES = [_fused(64, 256, 8, 3), _stream(32, 128, 4, 3, bm=8)] + _DECODE_CANDIDATES
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
