@@ -1,10 +1,17 @@
-"""A wider grid of configs than the sweep's eight per cell, at M <= 16: fp8-block (``swap`` and ``stream`` with x quantized
-in every program, the Gluon decode kernel after one quantization launch), int8-dynamic (``fused``, ``stream``,
-decode; ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8g``: its M = 1 GEMVs; ``int8w``: int8 weight-only's stream and decode kernels; ``fp8m``: fp8-block's at M = 17-256; ``fp8g``: its Gluon GEMM with narrow tiles) and int4 weight-only (the Gluon decode kernel; ``int4s``: the Triton small-M kernel; ``int4l``: its Gluon GEMM at large M), GPU time as the sweep measures it (CUDA-graph
-replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against the shipped
-config's (max |d|).
+"""Wider config grids than the sweep's (at most eight configs a cell), GPU time as the sweep measures it
+(CUDA-graph replay, L2 flushed), against bf16 ``F.linear`` in the same run; each output checked against
+the shipped config's (max |d|). Families (first argument):
 
-    PYTHONPATH=. python scripts/probe_config_grid.py [fp8|fp8m|fp8g|int8|int8m|int8l|int8g|int8w|int4|int4l|int4s] [M] [NxK ...]
+* ``fp8``: fp8-block at M <= 16 (``swap`` / ``stream`` with x quantized in every program, the Gluon decode
+  kernel after one quantization launch); ``fp8m``: its kernels at M = 17-256; ``fp8g``: its Gluon GEMM
+  with narrow tiles;
+* ``int8``: int8-dynamic at M <= 16 (``fused``, ``stream``, decode); ``int8g``: its M = 1 GEMVs;
+  ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M;
+* ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode);
+* ``int4``: int4 weight-only's decode kernel; ``int4g``: its M = 1 GEMVs; ``int4s``: its Triton small-M
+  kernel; ``int4l``: its Gluon GEMM at large M.
+
+    PYTHONPATH=. python scripts/probe_config_grid.py FAMILY [M] [NxK ...]
 """
 import itertools
 import sys
@@ -121,6 +128,14 @@ def int8_gemv_grid():
     return out
 
 
+def int4_gemv_grid():
+    out = []
+    for bn, bk, warps, stages in itertools.product((4, 8, 16, 32), (512, 1024, 2048), (4, 8), (1, 2, 3, 4)):
+        if 4096 <= bn * bk <= 32768:
+            out.append(Q._gemv(bn, bk, warps, stages))
+    return out
+
+
 def int4_grid():
     out = []
     for mt, wk, wm, xpf in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2), (True, False)):
@@ -131,12 +146,12 @@ def int4_grid():
 
 def main():
     args = sys.argv[1:]
-    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int8w", "int8g", "int4", "int4l", "int4s") else "fp8"
+    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int8w", "int8g", "int4", "int4g", "int4l", "int4s") else "fp8"
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
     mod, configs = {"fp8": (F, fp8_grid()), "fp8m": (F, fp8_mid_grid()), "fp8g": (F, fp8_gluon_grid()), "int8": (I, int8_grid()),
                     "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int8w": (W, int8_wo_grid()), "int8g": (I, int8_gemv_grid()),
-                    "int4": (Q, int4_grid()), "int4s": (Q, int4_small_grid()),
+                    "int4": (Q, int4_grid()), "int4g": (Q, int4_gemv_grid()), "int4s": (Q, int4_small_grid()),
                     "int4l": (Q, int4_large_grid())}[fam]
     torch.manual_seed(0)
     for n, k in shapes:
