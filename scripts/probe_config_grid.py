@@ -144,15 +144,20 @@ def int4_grid():
     return out
 
 
+# family name -> (kernel module, grid builder)
+GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid),
+         "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid), "int8l": (I, int8_large_grid),
+         "int8w": (W, int8_wo_grid),
+         "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid), "int4l": (Q, int4_large_grid)}
+
+
 def main():
     args = sys.argv[1:]
-    fam = args.pop(0) if args and args[0] in ("fp8", "fp8m", "fp8g", "int8", "int8m", "int8l", "int8w", "int8g", "int4", "int4g", "int4l", "int4s") else "fp8"
+    fam = args.pop(0) if args and args[0] in GRIDS else "fp8"
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
-    mod, configs = {"fp8": (F, fp8_grid()), "fp8m": (F, fp8_mid_grid()), "fp8g": (F, fp8_gluon_grid()), "int8": (I, int8_grid()),
-                    "int8m": (I, int8_mid_grid()), "int8l": (I, int8_large_grid()), "int8w": (W, int8_wo_grid()), "int8g": (I, int8_gemv_grid()),
-                    "int4": (Q, int4_grid()), "int4g": (Q, int4_gemv_grid()), "int4s": (Q, int4_small_grid()),
-                    "int4l": (Q, int4_large_grid())}[fam]
+    mod, grid = GRIDS[fam]
+    configs = grid()
     torch.manual_seed(0)
     for n, k in shapes:
         # every argument of the family's linear() after x
