@@ -146,9 +146,10 @@ def int4_grid():
 
 # family name -> (kernel module, grid builder)
 GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid),
-         "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid), "int8l": (I, int8_large_grid),
-         "int8w": (W, int8_wo_grid),
-         "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid), "int4l": (Q, int4_large_grid)}
+         "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid),
+         "int8l": (I, int8_large_grid), "int8w": (W, int8_wo_grid),
+         "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
+         "int4l": (Q, int4_large_grid)}
 
 
 def main():
@@ -167,7 +168,8 @@ def main():
         shipped = mod.linear(x, *inputs)
         t_bf16 = tuning.gpu_time_ms(lambda: torch.nn.functional.linear(x, w)) * 1e3
         t_ship = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs)) * 1e3
-        print(f"{fam} {n}x{k} M={m}: bf16 {t_bf16:.2f} us; shipped {t_ship:.2f} us ({t_bf16 / t_ship:.2f}x)", flush=True)
+        print(f"{fam} {n}x{k} M={m}: bf16 {t_bf16:.2f} us; shipped {t_ship:.2f} us ({t_bf16 / t_ship:.2f}x)",
+              flush=True)
         rows = []
         for cfg in configs:
             try:
