@@ -15,11 +15,18 @@ straight to the compiled kernel's launcher, keyed by exactly what Triton special
 The first launch for a key, a callable grid, an argument of another kind, a launch hook (profilers)
 or the interpreter all take Triton's own path, so the wrapper never changes what runs — only how
 fast it is launched. ``QUANTKIT_TRITON_SLOW_LAUNCH=1`` turns the fast path off.
+
+One exception, for GPUs with less shared memory than the one a config was sized for (the tuned tables
+and defaults are sized for an H100's 227 KB a block; sm_86 / sm_89 GPUs have 99 KB): when Triton refuses
+to load a kernel for want of shared memory and its ``num_stages`` option is above 1, the launch is retried
+with fewer software-pipeline stages, once per key, with a warning. Pipelining depth changes how far
+loads run ahead, not the arithmetic or its order, so the results are the same bits.
 """
 from __future__ import annotations
 
 import inspect
 import os
+import warnings
 
 import torch
 
@@ -31,6 +38,11 @@ try:
 except ImportError:  # pragma: no cover - the kernels need triton anyway
     triton = None
     JITFunction = ()
+
+try:
+    from triton.runtime.errors import OutOfResources
+except ImportError:  # pragma: no cover - the kernels need triton anyway
+    OutOfResources = ()
 
 try:
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -96,6 +108,7 @@ class CachedKernel:
         self.fn = fn
         self._fast = isinstance(fn, JITFunction) and os.environ.get("TRITON_INTERPRET", "0") != "1"
         self._compiled: dict = {}
+        self._stage_caps: dict = {}  # key -> the num_stages this GPU's shared memory allows (see _run_triton)
         if self._fast:
             params = list(inspect.signature(fn.fn).parameters.values())
             self._names = [p.name for p in params]
@@ -109,6 +122,27 @@ class CachedKernel:
             note_unplannable("a launch with a callable grid or under the interpreter")
             return self.fn[grid]
         return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+
+    def _run_triton(self, grid, args, kwargs, key=None):
+        """``self.fn[grid](*args, **kwargs)``; where the GPU has too little shared memory for the
+        requested ``num_stages``, the same launch with fewer stages (module docstring). ``key``: remember
+        the stage count that fitted for later launches of the same key."""
+        stages = self._stage_caps.get(key) if key is not None else None
+        if stages is not None:
+            kwargs = {**kwargs, "num_stages": stages}
+        while True:
+            try:
+                return self.fn[grid](*args, **kwargs)
+            except OutOfResources as exc:
+                asked = kwargs.get("num_stages")
+                if getattr(exc, "name", None) != "shared memory" or not isinstance(asked, int) or asked <= 1:
+                    raise
+                kwargs = {**kwargs, "num_stages": asked - 1}
+                if key is not None:
+                    self._stage_caps[key] = asked - 1
+                warnings.warn(f"quantkit: {self.fn.__name__} with num_stages={asked} needs {exc.required} bytes of "
+                              f"shared memory and this GPU allows {exc.limit}; retrying with num_stages={asked - 1} "
+                              f"(same results, less load pipelining)", RuntimeWarning, stacklevel=2)
 
     def _bind(self, args, kwargs) -> list:
         values = list(args)
@@ -126,7 +160,7 @@ class CachedKernel:
         if hooks.launch_enter_hook.calls or hooks.launch_exit_hook.calls \
                 or os.environ.get("QUANTKIT_TRITON_SLOW_LAUNCH") == "1":
             note_unplannable("a Triton launch hook is installed")
-            return self.fn[grid](*args, **kwargs)  # a profiler's hooks want Triton's launch metadata
+            return self._run_triton(grid, args, kwargs)  # a profiler's hooks want Triton's launch metadata
         values = self._bind(args, kwargs) if len(args) < len(self._names) else list(args)
         try:
             options = tuple((k, v) for k, v in kwargs.items() if k not in self._name_set) if kwargs else ()
@@ -135,9 +169,9 @@ class CachedKernel:
             kernel = self._compiled.get(key)
         except (_Uncacheable, TypeError):  # an argument type the key does not cover, or unhashable
             note_unplannable(f"{self.fn.__name__} has an argument the launch cache does not key")
-            return self.fn[grid](*args, **kwargs)
+            return self._run_triton(grid, args, kwargs)
         if kernel is None:
-            kernel = self.fn[grid](*args, **kwargs)  # compiles (or finds) it through Triton, and launches
+            kernel = self._run_triton(grid, args, kwargs, key)  # compiles (or finds) it through Triton, and launches
             self._compiled[key] = kernel
             note_launch(kernel, grid, values)
             return kernel

@@ -66,3 +66,63 @@ def test_cached_launch_matches_triton_launch():
         fast[(triton.cdiv(n, 256),)](x, y, out, n, 2.0, BLOCK=256)
         torch.testing.assert_close(out, 2.0 * x + y, rtol=0, atol=1e-6)
     assert len(fast._compiled) >= 3  # aligned / misaligned pointers and n % 16 are distinct variants
+
+
+def test_too_little_shared_memory_retries_with_fewer_stages(monkeypatch):
+    """Where Triton refuses to load a kernel for want of shared memory (a config sized for an H100 on a
+    99 KB GPU), the launch is retried with fewer pipeline stages, with a warning, and the stage count
+    that fitted is remembered for the key; other resource errors and num_stages=1 are raised as they are."""
+    from triton.runtime.errors import OutOfResources
+
+    from quantkit.kernels import launch
+
+    from triton.runtime.jit import JITFunction
+
+    def kernel(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    fast = launch.cached(JITFunction(kernel))  # (triton.jit gives an interpreted function under CI's interpreter)
+    assert fast._fast
+    calls = []
+
+    class Triton:  # stands in for the JIT function: loads only at num_stages <= 2
+        __name__ = "kernel"
+
+        def __init__(self, limit_name="shared memory"):
+            self.limit_name = limit_name
+
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                calls.append(kwargs.get("num_stages"))
+                if kwargs.get("num_stages", 3) > 2:
+                    raise OutOfResources(147456, 101376, self.limit_name)
+                return ("compiled", kwargs.get("num_stages"))
+            return run
+
+    fast.fn = Triton()
+    x = torch.empty(16)
+    with pytest.warns(RuntimeWarning) as record:
+        assert fast[(1,)](x, 16, BLOCK=16, num_stages=4) == ("compiled", 2)
+    assert [str(w.message).split(";")[1] for w in record] == [" retrying with num_stages=3 (same results, less load "
+                                                              "pipelining)", " retrying with num_stages=2 (same "
+                                                              "results, less load pipelining)"]
+    assert "needs 147456 bytes of shared memory and this GPU allows 101376" in str(record[0].message)
+    assert calls == [4, 3, 2]
+    assert list(fast._stage_caps.values()) == [2]
+    assert len(fast._compiled) == 1  # kept under the key of the launch as asked
+
+    calls.clear()
+    fast._compiled.clear()  # a key whose kernel is not cached yet starts at the stage count that fitted
+    assert fast[(1,)](x, 16, BLOCK=16, num_stages=4) == ("compiled", 2)
+    assert calls == [2]
+
+    fast.fn = Triton("threads")
+    with pytest.raises(OutOfResources):
+        fast[(1,)](x, 32, BLOCK=32, num_stages=4)
+    fast.fn = Triton()
+    monkeypatch.setattr(Triton, "__getitem__", lambda self, grid: lambda *a, **k: (_ for _ in ()).throw(
+        OutOfResources(1, 0, "shared memory")))
+    with pytest.raises(OutOfResources):
+        fast[(1,)](x, 48, BLOCK=48, num_stages=1)
