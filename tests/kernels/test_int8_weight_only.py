@@ -524,28 +524,6 @@ def run_sm90_check(code: str) -> None:
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-6000:] + proc.stderr[-4000:]
 
 
-def _sm89_stages_main() -> None:
-    """The case the launcher's shared-memory retry exists for (quantkit.kernels.launch): the M = 65-256
-    default tile needs more shared memory at its 4 stages than an sm_89 GPU allows a block (99 KB), and
-    fits at 3. Prints the sizes, 'ok' last."""
-    from quantkit.kernels import int8_weight_only as k
-
-    m, n, kk = 128, 4096, 4096
-    x, w, s = torch.empty(m, kk, dtype=torch.bfloat16), torch.empty(n, kk, dtype=torch.int8), torch.empty(n)
-    out = torch.empty(m, n, dtype=torch.bfloat16)
-    (fast, _, args, kwargs), = k._plan(x, w, s, None, out, m, n, kk, k.default_config(m, n, kk))
-    sizes = {st: _sm90_compile(fast.fn, args, {**kwargs, "num_stages": st}, 89).metadata.shared
-             for st in (kwargs["num_stages"], kwargs["num_stages"] - 1)}
-    print(sizes)
-    limit = 101376  # sm_86 / sm_89: shared memory a block may opt in to
-    assert kwargs["num_stages"] == 4 and sizes[4] > limit >= sizes[3], sizes
-    print("ok")
-
-
-def test_default_mid_m_tile_needs_the_stage_retry_on_sm89():
-    run_sm90_check("from tests.kernels.test_int8_weight_only import _sm89_stages_main; _sm89_stages_main()")
-
-
 # --------------------------------------------------------------------------- GPU only
 LLAMA = [(4096, 4096), (14336, 4096), (4096, 14336)]
 
