@@ -7,7 +7,8 @@ the shipped config's (max |d|). Families (first argument):
   with narrow tiles;
 * ``int8``: int8-dynamic at M <= 16 (``fused``, ``stream``, decode); ``int8g``: its M = 1 GEMVs;
   ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M;
-* ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode);
+* ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
+  decode configs);
 * ``int4``: int4 weight-only's decode kernel; ``int4g``: its M = 1 GEMVs; ``int4s``: its Triton small-M
   kernel; ``int4l``: its Gluon GEMM at large M.
 
@@ -101,6 +102,20 @@ def int4_large_grid():
     return out
 
 
+def int8_wo_gemv_grid():
+    out = []
+    for bn, bk in [(2, 2048), (4, 1024), (4, 2048), (8, 256), (8, 512), (8, 1024), (16, 256), (16, 512), (32, 256)]:
+        for warps in (4, 8):
+            if bn * bk // (32 * warps) < 16:  # under 16 bytes a thread: no 16-byte loads
+                continue
+            for stages in (1, 2, 3, 4):
+                out.append(W._gemv_config(bn, bk, warps, stages))
+    for mt, wk, sub in [(1, 4, 1), (1, 8, 1), (1, 8, 2), (1, 2, 1), (1, 4, 2), (2, 4, 1)]:
+        out.append(W._decode_config(mt, wk, sub=sub))
+        out.append(W._decode_config(mt, wk, sub=sub, xpf=False))
+    return out
+
+
 def int8_wo_grid():
     out = []
     for bn, bk, warps, stages in itertools.product((8, 16, 32), (256, 512, 1024), (4, 8), (2, 3, 4)):
@@ -147,7 +162,7 @@ def int4_grid():
 # family name -> (kernel module, grid builder)
 GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid),
          "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid),
-         "int8l": (I, int8_large_grid), "int8w": (W, int8_wo_grid),
+         "int8l": (I, int8_large_grid), "int8w": (W, int8_wo_grid), "int8wg": (W, int8_wo_gemv_grid),
          "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
          "int4l": (Q, int4_large_grid)}
 
