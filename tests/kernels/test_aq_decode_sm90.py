@@ -113,7 +113,8 @@ def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf
     bn = 16 * mt * wm
     consts = dict(FP8=fp8, GROUP=group if fp8 else 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, HAS_BIAS=bias,
                   EVEN=even, WAIT_PRIOR=pdl, W_LAYOUT=d.operand_layout(wk, wm, bn, dk, sub, True),
-                  X_LAYOUT=d.operand_layout(wk, wm, bm, dk, sub, False), num_warps=wk * wm)
+                  X_LAYOUT=d.operand_layout(wk, wm, bm, dk, sub, False), num_warps=wk * wm,
+                  TILED=cfg.get("TILED", False))
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("xq_ptr", "xs_ptr", "w_ptr", "ws_ptr", "b_ptr", "y_ptr", "N", "K", "stride_xq", "stride_ym")}
@@ -128,6 +129,8 @@ def _compile_jobs():
             for fp8 in (False, True) if bm <= c["BM"]]
     first = _decode_configs()[0]
     jobs += [(first, 16, fp8, True, False, False, dt) for fp8 in (False, True) for dt in ("fp16", "fp32")]
+    jobs += [(dict(first, TILED=True), 16, fp8, False, even, True, "bf16") for fp8 in (False, True)
+             for even in (True, False)]  # the tiled weight layout: only the addresses change
     return jobs
 
 
@@ -292,3 +295,30 @@ def test_decode_with_pdl_in_cuda_graph_gpu():
            lambda t: fk.linear(t, fq, fs, b, config=fk._decode(1, 8))]
     for fn in fns:
         assert_graph_replays_like(fn, x.clone(), fn)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_tiled_weights_are_bit_identical_gpu():
+    """A TILED config on the tiled codes gives bit for bit what its row-major twin gives (int8 and fp8,
+    M 1 / 9 / 16, K with a partial trip, a bias); N not a multiple of 16 is refused."""
+    from quantkit.kernels.wo_decode_sm90 import tile_weight
+    from tests.kernels.test_fp8_block import make_problem as make_fp8
+    from tests.kernels.test_int8_dynamic import make_problem as make_int8
+
+    torch.manual_seed(4)
+    for m in (1, 9, 16):
+        for n, k, cfg in ((1024, 1280, ik._decode(1, 4, dk=128)), (2048, 4096, ik._decode(2, 2, dk=128)),
+                          (512, 1088, ik._decode(1, 4))):
+            x, wq, ws, b = make_int8(m, n, k, torch.bfloat16, m == 9, "cuda")
+            y = ik.linear(x, wq, ws, b, config=cfg)
+            tcfg = dict(cfg, TILED=True)
+            assert torch.equal(y, ik.linear(x, tile_weight(wq, cfg["DK"]), ws, b, config=tcfg)), (m, n, k, cfg)
+        for n, k, cfg in ((1024, 1280, fk._decode(1, 4, dk=128)), (2048, 4096, fk._decode(2, 2, wm=2, dk=128))):
+            x, _, wq, ws, b = make_fp8(m, n, k, torch.bfloat16, m == 9, "cuda")
+            y = fk.linear(x, wq, ws, b, config=cfg)
+            tiled = tile_weight(wq.view(torch.uint8), cfg["DK"]).view(wq.dtype)
+            assert torch.equal(y, fk.linear(x, tiled, ws, b, config=dict(cfg, TILED=True))), (m, n, k, cfg)
+    x, wq, ws, _ = make_int8(4, 1000, 1024, torch.bfloat16, False, "cuda")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        ik.linear(x, wq, ws, config=dict(ik._decode(1, 4), TILED=True))

@@ -108,6 +108,27 @@ def test_k_permutation_matches_the_mma_fragments(fmt, dk):
     assert all((k % 8) // 2 == w[k] // q for k in range(dk))
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+def test_tile_weight_puts_each_byte_in_its_tile(dtype):
+    """Byte (r, b) of a row-major [N, Kb] weight lands at ((r // 16)·(Kb / C) + b // C)·16·C + (r % 16)·C
+    + b % C of the tiled one (the addresses a TILED decode config reads); N or Kb that do not tile are
+    refused; the input is left as it was."""
+    from quantkit.kernels.wo_decode_sm90 import tile_weight
+
+    n, kb, c = 48, 320, 64
+    w = torch.randint(-128 if dtype == torch.int8 else 0, 128, (n, kb), dtype=dtype)
+    before = w.clone()
+    t = tile_weight(w, c)
+    assert t.shape == w.shape and t.dtype == dtype and t.is_contiguous() and torch.equal(w, before)
+    r, b = torch.meshgrid(torch.arange(n), torch.arange(kb), indexing="ij")
+    at = ((r // 16) * (kb // c) + b // c) * 16 * c + (r % 16) * c + b % c
+    assert torch.equal(t.reshape(-1)[at.reshape(-1)].view(n, kb), w)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        tile_weight(w[:40], c)
+    with pytest.raises(ValueError, match="multiple of"):
+        tile_weight(w[:, :300], c)
+
+
 def _decode_candidates(module) -> list:
     cands = []
     for m in (1, 16):
@@ -132,6 +153,10 @@ def _decode_compile_jobs():
     jobs += [(cands8[0], 16, None, "fp16", True, False)]
     # two row warps (no candidate uses them yet): the layouts must still be the mma fragments
     jobs += [(k4._decode(1, 4, wm=2), 16, 128, "bf16", False, True), (k8._decode_config(1, 4, wm=2), 16, None, "bf16", False, True)]
+    # the tiled weight layout (16-row tiles): only the addresses change
+    jobs += [(dict(cands[0], TILED=True), 8, 128, "bf16", False, True),
+             (dict(cands[0], TILED=True), 16, 128, "fp16", True, False),
+             (dict(cands8[0], TILED=True), 8, None, "bf16", False, True)]
     return jobs
 
 
@@ -151,7 +176,7 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
     consts = dict(INT8=int8, GROUP=group or 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=cfg.get("XPF", True),
                   SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even,
                   W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
-                  X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm)
+                  X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm, TILED=cfg.get("TILED", False))
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "N", "KW", "stride_xm")}
@@ -323,3 +348,31 @@ def test_int8_candidates_and_graph_gpu():
     graph.replay()
     assert torch.equal(y, k8.linear(x, wq, ws, None, config=cfg))
     _assert_within_fp32_bound(y, x, wq, ws, None, "int8 decode graph replay")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_tiled_weights_are_bit_identical_gpu():
+    """A TILED config on the tiled bytes gives bit for bit what its row-major twin gives (int4 with
+    groups 32 / 128, int8; M 1 / 9 / 16; K with a partial trip); N not a multiple of 16 is refused."""
+    from quantkit.kernels import int8_weight_only as k8
+    from quantkit.kernels import wo_decode_sm90 as d
+    from tests.kernels.test_int8_weight_only import _layer_inputs
+
+    for m in (1, 9, 16):
+        for n, k, g, cfg in ((1024, 1280, 128, k4._decode(1, 4)), (512, 4096, 32, k4._decode(2, 4)),
+                             (4096, 2048, 128, k4._decode(1, 8, sub=2, xpf=False))):
+            x, packed, scale, zero, b, _ = make_problem(m, n, k, g, torch.bfloat16, "cuda", bias=m == 9)
+            y = k4.linear(x, packed, scale, zero, b, g, config=cfg)
+            tiled = d.tile_weight(packed, cfg["DK"] // 2)
+            assert ran(dict(cfg, TILED=True), x, tiled, scale, g)["kernel"] == "decode"
+            assert torch.equal(y, k4.linear(x, tiled, scale, zero, b, g, config=dict(cfg, TILED=True))), (m, n, k, g)
+        for n, k, cfg in ((1024, 1088, k8._decode_config(1, 4)), (2048, 4096, k8._decode_config(2, 4))):
+            x, wq, ws, b = _layer_inputs(m, n, k, torch.float16, "cuda", bias=m == 9)
+            y = k8.linear(x, wq, ws, b, config=cfg)
+            tiled = d.tile_weight(wq, cfg["DK"])
+            assert torch.equal(y, k8.linear(x, tiled, ws, b, config=dict(cfg, TILED=True))), (m, n, k)
+    x, packed, scale, zero, _, _ = make_problem(1, 1000, 1024, 128, torch.bfloat16, "cuda")
+    out = torch.empty(1, 1000, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        d.launch(x, packed, scale, zero, None, out, 128, dict(k4._decode(1, 4), TILED=True))
