@@ -5,6 +5,7 @@ bit-identical. GPU time as the sweep measures it (CUDA-graph replay, L2 flushed)
 
     PYTHONPATH=. python scripts/probe_tiled_decode.py           # each config both ways, four families
     PYTHONPATH=. python scripts/probe_tiled_decode.py grid      # int4: probe_config_grid's 40 configs, tiled
+    PYTHONPATH=. python scripts/probe_tiled_decode.py diag      # M = 1: DIAG configs (row-major weight)
 """
 import sys
 
@@ -64,9 +65,40 @@ def grid():
                 print(f"  tiled {t:6.2f} us  max|d| vs shipped {d:.3g}  {cfg}", flush=True)
 
 
+def diag():
+    """M = 1, int4 and int8 weight-only: the shipped config against DIAG configs on the row-major weight
+    (max |d| against the shipped output: another float32 summation order)."""
+    torch.manual_seed(0)
+    shapes = [tuple(int(v) for v in a.split("x")) for a in sys.argv[2:]] or [(14336, 4096), (4096, 14336),
+                                                                              (4096, 4096)]
+    for fam, mod in (("int4", Q), ("int8w", W)):
+        make = Q._decode if mod is Q else W._decode_config
+        cfgs = [make(mt, wk, wm=wm, sub=sub, xpf=xpf, diag=True)
+                for mt in (1, 2, 4) for wk in (1, 2, 4, 8) for wm in (1, 2) for sub in (1, 2) for xpf in (True, False)
+                if wk * wm <= 8 and mt * wm <= 4 and sub * mt <= 4 and (xpf or mt == 1) and (wm == 1 or sub == 1)]
+        for n, k in shapes:
+            inputs = mod.make_bench_inputs(n, k, torch.bfloat16)
+            x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+            y_ship = mod.linear(x, *inputs)
+            t_ship = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs)) * 1e3
+            rows = []
+            for cfg in cfgs:
+                try:
+                    y = mod.linear(x, *inputs, config=cfg)
+                    d = (y.float() - y_ship.float()).abs().max().item() / y_ship.float().abs().max().item()
+                    rows.append((tuning.gpu_time_ms(lambda: mod.linear(x, *inputs, config=cfg)) * 1e3, d, cfg))
+                except Exception as exc:  # noqa: BLE001
+                    print(f"  failed {type(exc).__name__}: {str(exc)[:200]} {cfg}", flush=True)
+            print(f"{fam} {n}x{k} M=1: shipped {t_ship:.2f} us; {len(rows)} DIAG configs", flush=True)
+            for t, d, cfg in sorted(rows, key=lambda r: r[0])[:8]:
+                print(f"  diag {t:6.2f} us  max|d|/max|y| vs shipped {d:.2g}  {cfg}", flush=True)
+
+
 def main():
     if sys.argv[1:] == ["grid"]:
         return grid()
+    if sys.argv[1:2] == ["diag"]:
+        return diag()
     torch.manual_seed(0)
     for fam, mod in (("int4", Q), ("int8w", W), ("fp8", F), ("int8", I)):
         for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):

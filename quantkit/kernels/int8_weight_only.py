@@ -391,12 +391,17 @@ def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stag
     return cfg
 
 
-def _decode_config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, xpf: bool = True) -> dict:
+def _decode_config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, xpf: bool = True,
+                   diag: bool = False) -> dict:
     """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16, 16-bit x,
     K % DK == 0): the weight loaded straight into mma.sync fragments; 16·MT·WM rows per program, WK
-    warps splitting K in DK-deep chunks (SUB per warp and trip), ``xpf``: x loaded a trip ahead. Where
+    warps splitting K in DK-deep chunks (SUB per warp and trip), ``xpf``: x loaded a trip ahead;
+    ``diag`` (M = 1 only): eight consecutive chunks of one row a slot, 2·MT·WM rows a program. Where
     it cannot run, the default config for the problem's M runs instead."""
-    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
+    cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
+    if diag:
+        cfg["DIAG"] = True
+    return cfg
 
 
 def _pow2_at_least(v: int) -> int:
@@ -463,8 +468,10 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             # (in the place of the decode kernel's MT 1 / WK 4, which no sweep picked: 7 % faster than the
             # decode kernel at 4096 x 14336 in a wider probe, notes/int8_weight_only.md, round 13)
             _gemv_config(8, 1024, 4, 1),
-            _decode_config(1, 8),
-            _decode_config(1, 8, sub=2, xpf=False),
+            # DIAG (one row's eight consecutive chunks a slot: 512 contiguous bytes a warp load) in the place
+            # of the decode kernel's WK 8 configs, which no sweep picked (notes/int8_weight_only.md, round 14)
+            _decode_config(1, 1, xpf=False, diag=True),
+            _decode_config(1, 2, xpf=False, diag=True),
         ]
     elif M <= 16:
         cands = [

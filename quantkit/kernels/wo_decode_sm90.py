@@ -194,7 +194,8 @@ def _arange3(n: gl.constexpr, dim: gl.constexpr, layout: gl.constexpr):
 
 @gluon.jit
 def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexpr, EVEN: gl.constexpr):
-    """Trip t's x words (chunks past K read as zeros)."""
+    """Trip t's x words (B: chunks a trip covers; wk_x: each word's chunk in the trip; chunks past K read
+    as zeros)."""
     if EVEN:
         t = gl.minimum(t, TRIPS - 1)
         return gl.load(x_ptrs + t * (B * DK // 2))
@@ -206,7 +207,7 @@ def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexp
 def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_CHUNKS, TRIPS, B: gl.constexpr,
                 DK: gl.constexpr, WPC: gl.constexpr, GROUP: gl.constexpr, EVEN: gl.constexpr, XPF: gl.constexpr,
                 INT8: gl.constexpr):
-    """Trip t's loads (chunk b of the trip: t·B + b): weight words, x words (XPF; else 0: loaded at
+    """Trip t's loads (B chunks a trip; wk_*: each element's chunk in the trip): weight words, x words (XPF; else 0: loaded at
     use), zero-points and scales. EVEN (whole trips, an even count): no masks; the prefetch past the
     end, whose values are never used, reads the last trip again (L2 hits). Otherwise chunks past K read
     x and scales as zeros (their words and zero-points are finite whatever they are): they add nothing."""
@@ -216,7 +217,7 @@ def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_C
         xv = 0
     if EVEN:
         t = gl.minimum(t, TRIPS - 1)
-    w_ptrs = w_ptrs + t * (B * WPC)
+    w_ptrs = w_ptrs + t * (B * WPC)  # (WPC: the words from one chunk of a row to the next)
     # Read once: L1 evict-first keeps the weight from displacing x, zero-points and scales there.
     if EVEN:
         w = gl.load(w_ptrs, eviction_policy="evict_first")
@@ -328,12 +329,16 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
                    INT8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
                    WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, XPF: gl.constexpr, SCALE_IN: gl.constexpr,
                    HAS_BIAS: gl.constexpr, EVEN: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
-                   num_warps: gl.constexpr, TILED: gl.constexpr = False):
+                   num_warps: gl.constexpr, TILED: gl.constexpr = False, DIAG: gl.constexpr = False):
     """Y^T tile [16·MT·WM rows of W, BM rows of x] over all of K (module docstring). INT8: int8 weights
     [N, K] with one scale per row (z_ptr and G unused); else packed int4 [N, K / 2] with group-wise
-    zero-points and scales."""
+    zero-points and scales. DIAG (M = 1): mma row i is chunk i % 8 of weight row 2·(i // 16) + (i % 16)
+    // 8 of the program's 2·MT·WM, mma column j is x's chunk j, and only the diagonal j = i % 8 is kept
+    (module docstring)."""
     BN: gl.constexpr = 16 * MT * WM
-    B: gl.constexpr = WK * SUB  # chunks per trip
+    B: gl.constexpr = WK * SUB  # chunk slots per trip (DIAG: eight chunks a slot)
+    CPT: gl.constexpr = 8 * B if DIAG else B  # chunks per trip
+    RP: gl.constexpr = BN // 8 if DIAG else BN  # weight rows per program
     WT: gl.constexpr = DK // 16 if INT8 else DK // 32  # words per thread, row and chunk
     WPC: gl.constexpr = 4 * WT  # words per row and chunk
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WK, WM, 1], instr_shape=[1, 16, 8])
@@ -346,7 +351,12 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
     # words: row·KW + chunk·WPC + c·WT + ω
     wk3 = _arange3(B, 0, ZL)
     c3 = _arange3(4, 2, ZL)
-    rows3 = gl.minimum(pid_n * BN + _arange3(BN, 1, ZL), N - 1)
+    i3 = _arange3(BN, 1, ZL)
+    if DIAG:
+        rows3 = gl.minimum(pid_n * RP + 2 * (i3 // 16) + (i3 % 16) // 8, N - 1)
+        wk3 = wk3 * 8 + i3 % 8  # the chunk (in the trip) of each row slot
+    else:
+        rows3 = gl.minimum(pid_n * BN + i3, N - 1)
     om = gl.arange(0, WT, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, W_LAYOUT))))
     CW: gl.constexpr = 16 * WPC if TILED else WPC  # words from one chunk of a row to the next
     if TILED:  # [N / 16, chunks, 16 rows, WPC words]: a warp's load is 512 contiguous bytes
@@ -367,8 +377,13 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
             s_ptrs = s_ptr + rows3 * G + (wk3 * DK + c3 * (DK // 4)) // GROUP
             wk_s = wk3
         else:
-            rows_s = gl.minimum(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, SL)), N - 1)
+            i_s = gl.arange(0, BN, layout=gl.SliceLayout(0, SL))
             wk_s = gl.arange(0, B, layout=gl.SliceLayout(1, SL))[:, None]
+            if DIAG:
+                rows_s = gl.minimum(pid_n * RP + 2 * (i_s // 16) + (i_s % 16) // 8, N - 1)
+                wk_s = wk_s * 8 + (i_s % 8)[None, :]
+            else:
+                rows_s = gl.minimum(pid_n * BN + i_s, N - 1)
             s_ptrs = s_ptr + (rows_s * G)[None, :] + (wk_s * DK) // GROUP  # [B, BN]
     # x: row m, column chunk·DK + kp
     wkc = _arange3(B, 0, X_LAYOUT)
@@ -377,41 +392,57 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
     # Rows past M read row M - 1: they only make output columns that are never stored.
     xm = gl.minimum(xm, M - 1)
     x_words = x_ptr.to(gl.pointer_type(gl.int32))  # column pairs
-    x_ptrs = x_words + xm.to(gl.int64) * (stride_xm // 2) + wkc * (DK // 2) + kp
+    if DIAG:  # one x row; mma column j reads the slot's chunk j
+        wkc = wkc * 8 + _arange3(BM, 2, X_LAYOUT)
+        x_ptrs = x_words + wkc * (DK // 2) + kp
+    else:
+        x_ptrs = x_words + xm.to(gl.int64) * (stride_xm // 2) + wkc * (DK // 2) + kp
 
     acc = gl.zeros([B, BN, BM], gl.float32, MMA)
     dtype: gl.constexpr = x_ptr.dtype.element_ty
     # Two buffers, the loop unrolled by two: the loads of trip t + 1 are issued before trip t is
     # converted, and no register is copied from one buffer to the other (an odd trip count runs one
     # masked trip: zeros in, nothing added).
-    w0, x0, z0, s0 = _load_chunk(0, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS, B, DK,
-                                 CW, GROUP, EVEN, XPF, INT8)
+    w0, x0, z0, s0 = _load_chunk(0, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS, CPT,
+                                 DK, CW, GROUP, EVEN, XPF, INT8)
     for t in range(0, TRIPS, 2):
         w1, x1, z1, s1 = _load_chunk(t + 1, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS,
-                                     B, DK, CW, GROUP, EVEN, XPF, INT8)
+                                     CPT, DK, CW, GROUP, EVEN, XPF, INT8)
         if XPF:
             xa = x0
         else:
-            xa = _load_x(t, x_ptrs, wkc, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+            xa = _load_x(t, x_ptrs, wkc, NUM_CHUNKS, TRIPS, CPT, DK, EVEN)
         acc = _chunk_product(acc, w0, xa, z0, s0, dtype, MMA, SCALE_IN, INT8)
         w0, x0, z0, s0 = _load_chunk(t + 2, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS,
-                                     B, DK, CW, GROUP, EVEN, XPF, INT8)
+                                     CPT, DK, CW, GROUP, EVEN, XPF, INT8)
         if XPF:
             xb = x1
         else:
-            xb = _load_x(t + 1, x_ptrs, wkc, NUM_CHUNKS, TRIPS, B, DK, EVEN)
+            xb = _load_x(t + 1, x_ptrs, wkc, NUM_CHUNKS, TRIPS, CPT, DK, EVEN)
         acc = _chunk_product(acc, w1, xb, z1, s1, dtype, MMA, SCALE_IN, INT8)
 
     y = gl.sum(acc, axis=0)  # [BN, BM]
     YL: gl.constexpr = gl.SliceLayout(0, MMA)
-    offs_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
-    offs_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
-    if INT8:
-        y = y * gl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
-    if HAS_BIAS:
-        y = y + gl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
-    ptrs = y_ptr + offs_m.to(gl.int64)[None, :] * N + offs_n[:, None]
-    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_n < N)[:, None] & (offs_m < M)[None, :])
+    if DIAG:
+        i_y = gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
+        j_y = gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
+        y = gl.sum(gl.where(j_y[None, :] == (i_y % 8)[:, None], y, 0.0), axis=1)  # [BN]: row slot i's chunk
+        y = gl.sum(gl.reshape(y, [RP, 8]), axis=1)  # [RP]: slots 8q .. 8q + 7 are weight row q's
+        offs_r = pid_n * RP + gl.arange(0, RP, layout=y.type.layout)
+        if INT8:
+            y = y * gl.load(s_ptr + offs_r, mask=offs_r < N, other=0.0).to(gl.float32)
+        if HAS_BIAS:
+            y = y + gl.load(b_ptr + offs_r, mask=offs_r < N, other=0.0).to(gl.float32)
+        gl.store(y_ptr + offs_r, y.to(y_ptr.dtype.element_ty), mask=offs_r < N)
+    else:
+        offs_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
+        offs_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
+        if INT8:
+            y = y * gl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
+        if HAS_BIAS:
+            y = y + gl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
+        ptrs = y_ptr + offs_m.to(gl.int64)[None, :] * N + offs_n[:, None]
+        gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_n < N)[:, None] & (offs_m < M)[None, :])
 
 
 _decode_fast = cached(_decode_kernel)
@@ -460,17 +491,21 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
         raise ValueError(f"a TILED decode config reads 16-row tiles: N = {N} is not a multiple of 16")
     mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])
     sub, xpf = int(cfg.get("SUB", 1)), bool(cfg.get("XPF", True))
+    diag = bool(cfg.get("DIAG")) and M == 1
+    if diag and cfg.get("TILED"):
+        raise ValueError(f"a decode config is DIAG or TILED, not both: {cfg!r}")
     bm = 8 if M <= 8 else 16
     chunks = K // dk
-    per_trip = wk * sub
+    per_trip = wk * sub * (8 if diag else 1)
+    rows = 2 * mt * wm if diag else 16 * mt * wm
     wt = dk // 16 if int8 else dk // 32
-    _decode_fast[(ceil_div(N, 16 * mt * wm), ceil_div(M, bm))](
+    _decode_fast[(ceil_div(N, rows), ceil_div(M, bm))](
         x, w, scale, zero if zero is not None else scale, bias if bias is not None else scale, out,
         M, N, K // 4 if int8 else K // 8, K // group_size, x.stride(0), chunks, ceil_div(chunks, per_trip),
         INT8=int8, GROUP=group_size, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=xpf,
         SCALE_IN=not int8 and group_size < dk, HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0,
         W_LAYOUT=word_layout(wk, wm, mt, wt, sub), X_LAYOUT=x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm,
-        TILED=bool(cfg.get("TILED", False)))
+        TILED=bool(cfg.get("TILED", False)), DIAG=diag)
 
 
 def launch(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:

@@ -153,10 +153,13 @@ def _decode_compile_jobs():
     jobs += [(cands8[0], 16, None, "fp16", True, False)]
     # two row warps (no candidate uses them yet): the layouts must still be the mma fragments
     jobs += [(k4._decode(1, 4, wm=2), 16, 128, "bf16", False, True), (k8._decode_config(1, 4, wm=2), 16, None, "bf16", False, True)]
+    # DIAG at M = 1 (eight chunks of a row a slot): masked trips, small groups, a bias
+    jobs += [(k4._decode(1, 1, diag=True), 8, 32, "fp16", True, False),
+             (k8._decode_config(1, 1, diag=True), 8, None, "fp16", True, False)]
     # the tiled weight layout (16-row tiles): only the addresses change
     jobs += [(dict(cands[0], TILED=True), 8, 128, "bf16", False, True),
              (dict(cands[0], TILED=True), 16, 128, "fp16", True, False),
-             (dict(cands8[0], TILED=True), 8, None, "bf16", False, True)]
+             (dict(k8._decode_config(1, 4), TILED=True), 8, None, "bf16", False, True)]
     return jobs
 
 
@@ -176,7 +179,8 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
     consts = dict(INT8=int8, GROUP=group or 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=cfg.get("XPF", True),
                   SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even,
                   W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
-                  X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm, TILED=cfg.get("TILED", False))
+                  X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm, TILED=cfg.get("TILED", False),
+                  DIAG=cfg.get("DIAG", False) and bm == 8)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "N", "KW", "stride_xm")}
@@ -376,3 +380,34 @@ def test_tiled_weights_are_bit_identical_gpu():
     out = torch.empty(1, 1000, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="multiple of 16"):
         d.launch(x, packed, scale, zero, None, out, 128, dict(k4._decode(1, 4), TILED=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_diag_m1_gpu():
+    """DIAG configs (M = 1: eight chunks of one row a slot, the diagonal of the mma kept) against the
+    float64 reference: int4 with every group size, int8; N not a multiple of the program's rows, K with
+    partial trips and whole ones, both 16-bit types, a bias. At M > 1 the same config runs the plain
+    kernel."""
+    from quantkit.kernels import int8_weight_only as k8
+    from tests.kernels.test_int8_weight_only import _assert_within_fp32_bound, _layer_inputs
+
+    cfgs = [k4._decode(1, 4, diag=True), k4._decode(2, 2, diag=True), k4._decode(1, 1, diag=True),
+            k4._decode(2, 4, sub=2, xpf=False, diag=True), k4._decode(1, 2, wm=2, diag=True)]
+    for i, (n, k) in enumerate(((1000, 1280), (4104, 4096), (96, 2048), (1030, 14336))):
+        for g in (32, 64, 128, 256):
+            cfg = cfgs[(i + g // 32) % len(cfgs)]
+            if k % g or (cfg["WK"] * cfg["SUB"] * cfg["DK"]) % g:
+                continue
+            dtype = torch.float16 if (i + g) % 2 else torch.bfloat16
+            _check(cfg, 1, n, k, g, dtype, bias=(i + g) % 3 == 0, what="diag")
+    _check(cfgs[0], 5, 1000, 1280, 128, torch.bfloat16, what="diag config at M = 5")
+    cfgs8 = [k8._decode_config(1, 4, diag=True), k8._decode_config(2, 2, diag=True),
+             k8._decode_config(1, 8, sub=2, xpf=False, diag=True)]
+    for i, (n, k) in enumerate(((1000, 1088), (4104, 4096), (300, 14336))):
+        for cfg in cfgs8:
+            dtype = torch.float16 if i % 2 else torch.bfloat16
+            x, wq, ws, b = _layer_inputs(1, n, k, dtype, "cuda", bias=i != 1)
+            y = k8.linear(x, wq, ws, b, config=cfg)
+            _assert_within_fp32_bound(y, x, wq, ws, b, f"int8 diag {cfg} N={n} K={k}")
+            assert torch.equal(y, k8.linear(x, wq, ws, b, config=cfg)), "not deterministic"
