@@ -48,6 +48,19 @@ are marked L1 evict-first: it is read once, and keeping it from displacing x, th
 scales in L1 made the int4 kernel 13 % faster at 14336×4096 (an L2 evict-first policy on top changed
 nothing; results/round6/probe_load_policy.log).
 
+M = 1 on the mma's idle columns (``DIAG``). With one x row, seven of the n8 tile's eight columns would
+multiply padding. A DIAG program gives them work instead: mma row i of a 16-row tile is chunk i % 8 (of the
+slot's eight consecutive DK chunks) of weight row 2·tile + (i % 16) // 8, and mma column j is x's chunk j of
+the same slot, so D[i, j] is the dot product of weight-row chunk i % 8 with x chunk j, and the diagonal j
+= i % 8 is the wanted part; the epilogue keeps it and adds each row's eight. The lanes of one register then
+load chunks 0-7 of one row: 512 contiguous bytes a warp load (rows are K / 2 bytes apart otherwise), from
+the row-major weight. Same tensor-core work (the padding columns were computed anyway), 2·MT·WM rows a
+program, eight times the distinct x bytes per lane group (from L1). Products and the float32 sums per chunk
+are as in the plain kernel; only the order in which the chunks' sums meet changes. Measured on an H100
+(sweep GPU time, notes/int8_weight_only.md, round 14): int8 weights 4096² 13.3 -> 12.8 µs, 14336×4096 29.0
+-> 27.6, 4096×14336 29.3 -> 28.8; int4 4096×14336 22.0 -> 21.3 (elsewhere int4's x traffic, four times its
+weight bytes, eats the gain); end to end, int8 weight-only decode b1 4.27 -> 4.02 ms a step.
+
 Tiled weights (``TILED`` in the config; measured, not yet the layers' layout). The same bytes stored as
 [N / 16, K / DK, 16 rows, one DK chunk of a row] (:func:`tile_weight`) make each warp's 16-byte loads
 cover 512 contiguous bytes instead of 64 bytes of eight rows 2-7 KB apart; nothing else changes and the
