@@ -8,8 +8,8 @@ the shipped config's (max |d|). Families (first argument):
 * ``int8``: int8-dynamic at M <= 16 (``fused``, ``stream``, decode); ``int8g``: its M = 1 GEMVs;
   ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M;
 * ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
-  decode configs);
-* ``int4``: int4 weight-only's decode kernel; ``int4g``: its M = 1 GEMVs; ``int4s``: its Triton small-M
+  decode configs, DIAG ones too);
+* ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs; ``int4s``: its Triton small-M
   kernel; ``int4l``: its Gluon GEMM at large M.
 
     PYTHONPATH=. python scripts/probe_config_grid.py FAMILY [M] [NxK ...]
@@ -113,6 +113,8 @@ def int8_wo_gemv_grid():
     for mt, wk, sub in [(1, 4, 1), (1, 8, 1), (1, 8, 2), (1, 2, 1), (1, 4, 2), (2, 4, 1)]:
         out.append(W._decode_config(mt, wk, sub=sub))
         out.append(W._decode_config(mt, wk, sub=sub, xpf=False))
+    for mt, wk in [(1, 1), (1, 2), (2, 1), (1, 4)]:  # DIAG: M = 1 only
+        out.append(W._decode_config(mt, wk, xpf=False, diag=True))
     return out
 
 
@@ -156,7 +158,7 @@ def int4_grid():
     for mt, wk, wm, xpf in itertools.product((1, 2, 4), (1, 2, 4, 8), (1, 2), (True, False)):
         if wk * wm <= 16 and mt * wm <= 4:
             out.append(Q._decode(mt, wk, wm=wm, xpf=xpf))
-    return out
+    return out + [Q._decode(1, 1, wm=wm, diag=True) for wm in (1, 2)] + [Q._decode(2, 1, diag=True)]
 
 
 # family name -> (kernel module, grid builder)
@@ -173,7 +175,7 @@ def main():
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
     mod, grid = GRIDS[fam]
-    configs = grid()
+    configs = [c for c in grid() if m == 1 or not c.get("DIAG")]  # DIAG programs are an M = 1 kernel
     torch.manual_seed(0)
     for n, k in shapes:
         # every argument of the family's linear() after x

@@ -259,8 +259,9 @@ def check_config(cfg: dict) -> None:
         # DK >= 64: each thread's slice of a chunk row is one or two 16-byte loads; BM: one or two n8 tiles
         raise ValueError(f"decode config needs MT, WK, WM, SUB powers of two (MT, SUB <= 4; WK·WM <= 16 warps), "
                          f"DK 64 or 128 and BM 8 or 16: {cfg!r}")
-    if not isinstance(cfg.get("PDL", False), bool):  # the families' launch flag (programmatic dependent launch)
-        raise ValueError(f"decode config PDL must be a bool: {cfg!r}")
+    for key in ("PDL", "TILED"):  # PDL: the families' launch flag (programmatic dependent launch)
+        if not isinstance(cfg.get(key, False), bool):
+            raise ValueError(f"decode config {key} must be a bool: {cfg!r}")
 
 
 def rows_per_program(cfg: dict) -> int:

@@ -500,6 +500,9 @@ def tile_weight(w: torch.Tensor, chunk_bytes: int) -> torch.Tensor:
 def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool) -> None:
     M, K = x.shape
     N = w.shape[0]
+    for key in ("XPF", "DIAG", "TILED"):  # tuned tables are JSON: 1 or "true" must not pass for True
+        if not isinstance(cfg.get(key, False), bool):
+            raise ValueError(f"decode config {key} must be true or false: {cfg!r}")
     if cfg.get("TILED") and N % 16:
         raise ValueError(f"a TILED decode config reads 16-row tiles: N = {N} is not a multiple of 16")
     mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])

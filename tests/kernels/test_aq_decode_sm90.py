@@ -78,6 +78,8 @@ def test_bad_decode_configs_are_rejected():
         ik._check_config(dict(ik._decode(1, 4), PDL=1))
     with pytest.raises(ValueError, match="PDL"):
         fk._check_config(dict(fk._decode(1, 4), PDL="yes"), 128)
+    with pytest.raises(ValueError, match="TILED"):
+        check_config(dict(config(1, 4), TILED=1))
     with pytest.raises(ValueError, match="fuse_act_quant"):
         fk._check_config(dict(fk._decode(1, 4), fuse_act_quant=True), 128)
 

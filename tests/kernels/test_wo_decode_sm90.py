@@ -129,6 +129,18 @@ def test_tile_weight_puts_each_byte_in_its_tile(dtype):
         tile_weight(w[:, :300], c)
 
 
+@pytest.mark.parametrize("key", ["DIAG", "TILED", "XPF"])
+def test_decode_flags_must_be_bools(key):
+    """A tuned table is JSON: a flag read back as 1 or "true" is refused before any launch, naming it."""
+    from quantkit.kernels import wo_decode_sm90 as d
+
+    x, packed, scale, zero, _, _ = make_problem(1, 64, 256, 128, torch.bfloat16, "cpu")
+    out = torch.empty(1, 64, dtype=torch.bfloat16)
+    for bad in (1, "true"):
+        with pytest.raises(ValueError, match=key):
+            d.launch(x, packed, scale, zero, None, out, 128, dict(k4._decode(1, 4), **{key: bad}))
+
+
 def _decode_candidates(module) -> list:
     cands = []
     for m in (1, 16):
