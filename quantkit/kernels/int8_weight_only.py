@@ -437,7 +437,9 @@ def _stream_block_n(N: int) -> int:
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config, valid for every problem (the tuned tables override it per GPU)."""
     if M == 1:
-        return _gemv_config(16, 512, 4, 3)  # the H100 sweep's M = 1 winner on 4096x4096
+        # DIAG decode programs (sm_90; elsewhere _plan's fallback, the GEMV): the H100 sweep's pick on every
+        # Llama shape but the lm_head, where the GEMV keeps the lead (notes/int8_weight_only.md, round 14)
+        return _decode_config(1, 1, xpf=False, diag=True) if N < 65536 else _gemv_config(8, 1024, 4, 3)
     if M <= 16:
         block_n = _stream_block_n(N)
         return _stream_config(block_n, 512 if block_n == 16 else 256, 4, 4)
@@ -616,7 +618,8 @@ def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
     if kind in ("tma_wgmma", "decode"):  # where the Gluon kernels cannot run (linear() tries them first)
         cfg = default_config(M, N, K)
         if cfg["kernel"] in ("tma_wgmma", "decode"):
-            cfg = _mma_ss_config(256, 128, 64, 8, 3) if M > 16 else _stream_config(16, 512, 4, 4)
+            cfg = (_mma_ss_config(256, 128, 64, 8, 3) if M > 16 else _gemv_config(16, 512, 4, 3) if M == 1
+                   else _stream_config(16, 512, 4, 4))
         kind = cfg["kernel"]
     bias_arg = bias if bias is not None else weight_scale  # never read without HAS_BIAS
     if kind == "gemv":

@@ -180,14 +180,21 @@ def test_random_inputs_within_fp32_bound(kernel_device, name, M, N, K, config, d
     _assert_within_fp32_bound(ref, x, weight_q, weight_scale, bias, f"{name} reference (sanity)")
 
 
-@pytest.mark.parametrize("M,kind", [(1, "gemv"), (3, "stream"), (16, "stream"), (80, "mma"), (300, "tma_wgmma")])
+@pytest.mark.parametrize("M,kind", [(1, "decode"), (3, "stream"), (16, "stream"), (80, "mma"), (300, "tma_wgmma")])
 def test_default_config_dispatch(kernel_device, M, kind):
-    """config=None: GEMV at M = 1, the streaming tensor-core kernel up to 16 rows, wgmma tiles
-    with the weight in registers up to 256 rows, the Gluon TMA kernel above (K = 200 is not a
-    multiple of 16, so there the mma_ss fallback runs); N, K off the tiles."""
+    """config=None: the DIAG decode programs at M = 1 (K = 200 is not a multiple of their chunk, so the
+    GEMV runs: the fallback elsewhere too), the streaming tensor-core kernel up to 16 rows, wgmma tiles
+    with the weight in registers up to 256 rows, the Gluon TMA kernel above (K = 200 is not a multiple
+    of 16, so there the mma_ss fallback runs); N, K off the tiles."""
     k = _module()
     N, K = 96, 200
     assert k.default_config(M, N, K)["kernel"] == kind
+    if M == 1:
+        assert k.default_config(1, 128256, 4096)["kernel"] == "gemv"  # the lm_head: the GEMV's lead
+        x = torch.empty(1, K, dtype=torch.bfloat16)
+        plan = k._plan(x, torch.empty(N, K, dtype=torch.int8), torch.empty(N), None, torch.empty(1, N), 1, N, K,
+                       k.default_config(1, N, K))
+        assert plan[0][0] is k._gemv_fast
     x, weight_q, weight_scale, bias = _layer_inputs(M, N, K, torch.bfloat16, kernel_device, bias=True)
     y = k.linear(x, weight_q, weight_scale, bias)
     _assert_within_fp32_bound(y, x, weight_q, weight_scale, bias, f"default config at M={M}")
@@ -443,7 +450,7 @@ def _sm90_check_main() -> None:
     problems = [(m, n, kk, torch.bfloat16, False, cfg) for m, n, kk in _bench_cells()
                 for cfg in k.candidate_configs(m, n, kk)]
     # Every kernel, each with its largest candidate tiles: other dtypes and unaligned rows.
-    for m, cfg in [(1, k.default_config(1, 4096, 4096)), (1, k._stream_config(16, 512, 4, 4)),
+    for m, cfg in [(1, k._gemv_config(16, 512, 4, 3)), (1, k._stream_config(16, 512, 4, 4)),
                    (16, k._stream_config(32, 512, 8, 3)), (32, k.default_config(32, 4096, 4096)),
                    (128, k._mma_config(64, 128, 128, 4, 4)), (1024, k._mma_config(128, 256, 64, 8, 3)),
                    (1024, k._mma_ss_config(256, 128, 64, 8, 3)), (1024, k._mma_ss_config(128, 256, 64, 8, 3))]:
