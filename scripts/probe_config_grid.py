@@ -9,8 +9,8 @@ the shipped config's (max |d|). Families (first argument):
   ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M;
 * ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
   decode configs, DIAG ones too);
-* ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs; ``int4s``: its Triton small-M
-  kernel; ``int4l``: its Gluon GEMM at large M.
+* ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs;
+  ``int4s``: its Triton small-M kernel; ``int4l``: its Gluon GEMM at large M.
 
     PYTHONPATH=. python scripts/probe_config_grid.py FAMILY [M] [NxK ...]
 """

@@ -122,7 +122,8 @@ def main():
                         inputs[0] = w_rm
                         t2 = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs, config=cfg)) * 1e3
                         same = torch.equal(y0, y1)
-                        print(f"  row-major {t0:6.2f} / {t2:6.2f}  tiled {t1:6.2f} us ({(min(t0, t2) / t1 - 1) * 100:+.1f} %)"
+                        gain = (min(t0, t2) / t1 - 1) * 100
+                        print(f"  row-major {t0:6.2f} / {t2:6.2f}  tiled {t1:6.2f} us ({gain:+.1f} %)"
                               f"  bit-identical {same}  {cfg}", flush=True)
                     except Exception as exc:  # noqa: BLE001
                         inputs[0] = w_rm

@@ -220,8 +220,8 @@ def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexp
 def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_CHUNKS, TRIPS, B: gl.constexpr,
                 DK: gl.constexpr, WPC: gl.constexpr, GROUP: gl.constexpr, EVEN: gl.constexpr, XPF: gl.constexpr,
                 INT8: gl.constexpr):
-    """Trip t's loads (B chunks a trip; wk_*: each element's chunk in the trip): weight words, x words (XPF; else 0: loaded at
-    use), zero-points and scales. EVEN (whole trips, an even count): no masks; the prefetch past the
+    """Trip t's loads (B chunks a trip; wk_*: each element's chunk in the trip): weight words, x words
+    (XPF; else 0: loaded at use), zero-points and scales. EVEN (whole trips, an even count): no masks; the prefetch past the
     end, whose values are never used, reads the last trip again (L2 hits). Otherwise chunks past K read
     x and scales as zeros (their words and zero-points are finite whatever they are): they add nothing."""
     if XPF:
@@ -526,7 +526,7 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
 
 def launch(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:
     """``out = x @ dequant(packed, scale, zero)^T (+ bias)`` for M <= 16 (``cfg``: MT, WK, WM, DK, SUB,
-    XPF)."""
+    XPF; optional DIAG, used at M = 1, and TILED, for weights rearranged by :func:`tile_weight`)."""
     _launch(x, packed, scale, zero, bias, out, group_size, cfg, False)
 
 
