@@ -675,6 +675,18 @@ def _split_for(blocks: int, k_tiles: int) -> int:
     return split
 
 
+def _default_m1_gemv(N: int) -> dict:
+    return _gemv(32, 512, 4, 3) if N >= 8192 else _gemv(8, 1024, 4, 3)
+
+
+def _default_m1(N: int, K: int) -> dict:
+    """M = 1 without a tuned entry: the decode kernel's DIAG programs below the lm_head's width, within 8 %
+    of the best candidate on eleven H100 shapes and the best on seven (GEMV default before: up to 20 %
+    slower; notes/int4_weight_only.md, round 14); the GEMV there and wherever the decode kernel cannot
+    run."""
+    return _decode(1, 1, wm=2, diag=True) if N < 65536 else _default_m1_gemv(N)
+
+
 def _default_small(M: int, N: int, K: int) -> dict:
     # Up to M = 8: ~2 programs an SM along N (132 SMs), as wide as that allows, one chunk a warp
     # (CHUNKS = num_warps: s and z load straight into the layouts that use them). Above, the 16
@@ -704,7 +716,7 @@ def default_config(M: int, N: int, K: int) -> dict:
         # The H100 sweeps' winners away from the Llama shapes (1024x4096 and 128256x4096: the GEMV and
         # the small kernel; the Gluon decode kernel wins only on the tuned 14336-wide shapes).
         if M == 1:
-            return _gemv(32, 512, 4, 3) if N >= 8192 else _gemv(8, 1024, 4, 3)
+            return _default_m1(N, K)
         return _small(64, 4, 4, 3) if N >= 8192 else _small(16, 4, 4, 4)
     if M >= _DEQUANT_MM_MIN_M:
         # The Gluon kernel (dequant_mm where it cannot run) wins where the dequantization pass is a
@@ -895,7 +907,8 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
             y = torch.empty((M, N), dtype=x.dtype, device=x.device)
             wo_decode_sm90.launch(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
             return y
-        config = _default_small(M, N, K) if M <= _SMALL_MAX_M else default_config(M, N, K)
+        config = (_default_m1_gemv(N) if M == 1 else _default_small(M, N, K) if M <= _SMALL_MAX_M
+                  else default_config(M, N, K))
         kind = config["kernel"]
     if kind == "tma_wgmma":
         from quantkit.kernels import wo_gemm_sm90

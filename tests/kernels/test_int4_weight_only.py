@@ -349,16 +349,27 @@ def test_dequant_mm(kernel_device, m, dtype, bias):
                                            (260, 36, 128, 64, torch.bfloat16), (1100, 24, 64, 32, torch.float16),
                                            (2100, 40, 128, 64, torch.bfloat16)])
 def test_default_configs(kernel_device, m, n, k, g, dtype):
-    """config=None: the per-M dispatch (the GEMV at M = 1, the small kernel to 16, tiles above, the Gluon kernel from 512
-    rows (dequantize + GEMM where it cannot run, e.g. on the CPU), dequantize + GEMM from 2048)."""
+    """config=None: the per-M dispatch (at M = 1 the DIAG decode programs, the GEMV where they cannot run,
+    e.g. on the CPU; the small kernel to 16, tiles above, the Gluon kernel from 512
+    rows (dequantize + GEMM where it cannot run), dequantize + GEMM from 2048)."""
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True, symmetric=m == 7)
     y = k4.linear(x, packed, scale, zero, b, g)
     config = k4.default_config(m, n, k)
-    assert config["kernel"] == ("gemv" if m == 1 else "small" if m <= 16 else "dequant_mm" if m >= 2048
+    assert config["kernel"] == ("decode" if m == 1 else "small" if m <= 16 else "dequant_mm" if m >= 2048
                                 else "tma_wgmma" if m >= 512 else "mma")
     config = ran(config, x, packed, scale, g)
     wdt = dtype if rounds_weight(config, x) else torch.float32
     assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}", tc_steps(config, k))
+
+
+def test_m1_default_by_shape():
+    """M = 1 without a tuned entry: DIAG decode programs below the lm_head's width, the GEMV at it; both
+    among the sweep's candidates."""
+    assert k4.default_config(1, 128256, 4096)["kernel"] == "gemv"
+    for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096), (123, 256)):
+        assert k4.default_config(1, n, k) == k4._decode(1, 1, wm=2, diag=True)
+    for n, k in ((128256, 4096), (4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096)):
+        assert k4.default_config(1, n, k) in k4.candidate_configs(1, n, k)
 
 
 def test_strided_activation_rows(kernel_device):
