@@ -441,6 +441,11 @@ def default_config(M: int, N: int, K: int) -> dict:
         # Llama shape but the lm_head, where the GEMV keeps the lead (notes/int8_weight_only.md, round 14)
         return _decode_config(1, 1, xpf=False, diag=True) if N < 65536 else _gemv_config(8, 1024, 4, 3)
     if M <= 16:
+        if 8192 <= N < 65536:
+            # The Gluon decode kernel, 32 rows a program (sm_90; the stream kernel elsewhere): the H100
+            # sweeps' pick at 14336x4096, 18944x3584 and 13824x5120, 16-18 % ahead of this stream default
+            # on the last two (notes/int8_weight_only.md, round 14)
+            return _decode_config(2, 4)
         block_n = _stream_block_n(N)
         return _stream_config(block_n, 512 if block_n == 16 else 256, 4, 4)
     if M <= 64:

@@ -594,6 +594,20 @@ def test_gpu_other_activation_dtypes(llama_weights, dtype, M):
 
 
 @pytest.mark.gpu
+def test_gpu_untuned_shapes_run_their_defaults():
+    """Shapes without a tuned entry take default_config: at M = 1 the DIAG decode programs, at wide N and
+    2 <= M <= 16 the decode kernel (N and K off its tiles, a bias, both 16-bit types), within the float32
+    bound of the exact products."""
+    k = _module()
+    for m, n, kk, dtype in [(1, 8200, 1088, torch.bfloat16), (2, 8200, 1088, torch.float16),
+                            (9, 9000, 2048, torch.bfloat16), (16, 8192, 1000, torch.float16)]:
+        x, weight_q, weight_scale, bias = _layer_inputs(m, n, kk, dtype, "cuda", bias=True)
+        assert k.default_config(m, n, kk)["kernel"] == "decode"
+        y = k.linear(x, weight_q, weight_scale, bias)
+        _assert_within_fp32_bound(y, x, weight_q, weight_scale, bias, f"default M={m} {n}x{kk} {dtype}")
+
+
+@pytest.mark.gpu
 def test_gpu_every_shipped_config_is_correct():
     """Each config of the shipped table for this GPU, on its own problem (M = the bucket)."""
     from quantkit.kernels import tuning
