@@ -6,6 +6,7 @@ bit-identical. GPU time as the sweep measures it (CUDA-graph replay, L2 flushed)
     PYTHONPATH=. python scripts/probe_tiled_decode.py           # each config both ways, four families
     PYTHONPATH=. python scripts/probe_tiled_decode.py grid      # int4: probe_config_grid's 40 configs, tiled
     PYTHONPATH=. python scripts/probe_tiled_decode.py diag      # M = 1: DIAG configs (row-major weight)
+    PYTHONPATH=. python scripts/probe_tiled_decode.py diagm     # M = 1-4: the shipped config, plain and DIAG
 """
 import sys
 
@@ -94,7 +95,36 @@ def diag():
                 print(f"  diag {t:6.2f} us  max|d|/max|y| vs shipped {d:.2g}  {cfg}", flush=True)
 
 
+def diag_small_m():
+    """M = 1-4 on the Llama shapes, int4 and int8 weight-only: what the layer runs now (config=None), and
+    decode configs plain against DIAG (4 chunks a slot at M = 2, 2 at M = 3-4); max |d| / max |y| against
+    the plain config's output."""
+    torch.manual_seed(0)
+    for fam, mod in (("int4", Q), ("int8w", W)):
+        make = Q._decode if mod is Q else W._decode_config
+        cfgs = ([make(1, 1, wm=2), make(1, 1), make(1, 4), make(2, 4), make(4, 4, xpf=False), make(2, 8), make(1, 2)]
+                if mod is Q else [make(1, 1, xpf=False), make(1, 2, xpf=False), make(2, 4), make(1, 4), make(2, 2)])
+        for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+            inputs = mod.make_bench_inputs(n, k, torch.bfloat16)
+            for m in (1, 2, 3, 4):
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                t_now = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs)) * 1e3
+                line = [f"{fam} {n}x{k} M={m}: now {t_now:.2f}"]
+                for cfg in cfgs:
+                    dcfg = dict(cfg, DIAG=True)
+                    y0 = mod.linear(x, *inputs, config=cfg)
+                    y1 = mod.linear(x, *inputs, config=dcfg)
+                    d = (y1.float() - y0.float()).abs().max().item() / y0.float().abs().max().item()
+                    t0 = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs, config=cfg)) * 1e3
+                    t1 = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs, config=dcfg)) * 1e3
+                    line.append(f"{cfg['MT']}/{cfg['WK']}/{cfg['WM']}{'' if cfg.get('XPF', True) else 'x'} "
+                                f"{t0:.2f}->{t1:.2f} (d {d:.0e})")
+                print(" | ".join(line), flush=True)
+
+
 def main():
+    if sys.argv[1:] == ["diagm"]:
+        return diag_small_m()
     if sys.argv[1:] == ["grid"]:
         return grid()
     if sys.argv[1:2] == ["diag"]:

@@ -735,6 +735,12 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         # of WK = 16, which no sweep picked (notes/int4_weight_only.md, round 14)
         return [_gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3), _decode(1, 4), _decode(1, 8),
                 _decode(1, 8, sub=2, xpf=False), _decode(1, 1, diag=True), _decode(1, 1, wm=2, diag=True)]
+    if M <= 4:
+        # DIAG at M = 2-4: the x tile's idle columns take 4 (M = 2) or 2 (M = 3-4) chunks of a row
+        # (notes/int4_weight_only.md, round 14: 14-23 % ahead of the M = 16 entries on the 14336 shapes)
+        return [_small(16, 4, 4, 4), _small(64, 4, 4, 3), _decode(1, 4, diag=True), _decode(1, 2, diag=True),
+                _decode(1, 1, wm=2, diag=True), _decode(2, 4, diag=True), _decode(4, 4, xpf=False, diag=True),
+                _decode(2, 8)]
     if M <= 16:
         return [_small(16, 4, 4, 4), _small(64, 4, 4, 3), _decode(4, 4, xpf=False),
                 _decode(2, 4), _decode(1, 4), _decode(1, 8), _decode(2, 8)]

@@ -440,6 +440,10 @@ def default_config(M: int, N: int, K: int) -> dict:
         # DIAG decode programs (sm_90; elsewhere _plan's fallback, the GEMV): the H100 sweep's pick on every
         # Llama shape but the lm_head, where the GEMV keeps the lead (notes/int8_weight_only.md, round 14)
         return _decode_config(1, 1, xpf=False, diag=True) if N < 65536 else _gemv_config(8, 1024, 4, 3)
+    if M <= 4 and N < 65536:
+        # DIAG decode programs (4 or 2 chunks a slot; sm_90, the stream kernel elsewhere): the fastest or
+        # within 8 % on the Llama shapes at M = 2-4, where the M = 16 entries were up to 1.5x slower
+        return _decode_config(1, 4, diag=True)
     if M <= 16:
         if 8192 <= N < 65536:
             # The Gluon decode kernel, 32 rows a program (sm_90; the stream kernel elsewhere): the H100
@@ -480,6 +484,20 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             _decode_config(1, 1, xpf=False, diag=True),
             _decode_config(1, 2, xpf=False, diag=True),
         ]
+    elif M <= 4:
+        # DIAG at M = 2-4 (4 or 2 chunks of a row a slot in the x tile's idle columns): 6-35 % ahead of
+        # what the M = 16 entries gave there on the Llama shapes (notes/int8_weight_only.md, round 14)
+        cands = [
+            _stream_config(16, 512, 4, 4),
+            _decode_config(2, 4),
+            _decode_config(1, 4, diag=True),
+            _decode_config(2, 4, diag=True),
+            _decode_config(1, 1, xpf=False, diag=True),
+            _decode_config(1, 2, xpf=False, diag=True),
+            _decode_config(2, 2, diag=True),
+        ]
+        if N >= 8192:
+            cands.append(_tma_wgmma_config(16, 64, 256, 4, 4))
     elif M <= 16:
         cands = [
             _stream_config(16, 512, 4, 4),

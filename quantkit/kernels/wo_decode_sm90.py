@@ -59,7 +59,11 @@ program, eight times the distinct x bytes per lane group (from L1). Products and
 are as in the plain kernel; only the order in which the chunks' sums meet changes. Measured on an H100
 (sweep GPU time, notes/int8_weight_only.md, round 14): int8 weights 4096² 13.3 -> 12.8 µs, 14336×4096 29.0
 -> 27.6, 4096×14336 29.3 -> 28.8; int4 4096×14336 22.0 -> 21.3 (elsewhere int4's x traffic, four times its
-weight bytes, eats the gain); end to end, int8 weight-only decode b1 4.27 -> 4.02 ms a step.
+weight bytes, eats the gain); end to end, int8 weight-only decode b1 4.27 -> 4.02 ms a step. The same
+holds at M = 2-4 with DG = 8 / M chunks a slot (M rounded up to a power of two): mma row i is chunk i % DG
+of weight row i // DG, column j is chunk j % DG of x row j // DG, and the products with i % DG = j % DG are
+kept (the kernel's ``DG``; 2·MT·WM·8 / DG rows a program). At M = 2-4 that ran the Llama shapes 6-35 %
+(int8) and 5-23 % (int4) faster than the M = 16 configs they used before.
 
 Tiled weights (``TILED`` in the config; measured, not yet the layers' layout). The same bytes stored as
 [N / 16, K / DK, 16 rows, one DK chunk of a row] (:func:`tile_weight`) make each warp's 16-byte loads
@@ -342,16 +346,17 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
                    INT8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
                    WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, XPF: gl.constexpr, SCALE_IN: gl.constexpr,
                    HAS_BIAS: gl.constexpr, EVEN: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
-                   num_warps: gl.constexpr, TILED: gl.constexpr = False, DIAG: gl.constexpr = False):
+                   num_warps: gl.constexpr, TILED: gl.constexpr = False, DG: gl.constexpr = 1):
     """Y^T tile [16·MT·WM rows of W, BM rows of x] over all of K (module docstring). INT8: int8 weights
     [N, K] with one scale per row (z_ptr and G unused); else packed int4 [N, K / 2] with group-wise
-    zero-points and scales. DIAG (M = 1): mma row i is chunk i % 8 of weight row 2·(i // 16) + (i % 16)
-    // 8 of the program's 2·MT·WM, mma column j is x's chunk j, and only the diagonal j = i % 8 is kept
-    (module docstring)."""
+    zero-points and scales. DG > 1 (DIAG, M <= 8 / DG): mma row i is chunk i % DG of weight row i // DG of
+    the program's BN / DG, mma column j is chunk j % DG of x row j // DG, and only the products with
+    i % DG = j % DG are kept (module docstring)."""
     BN: gl.constexpr = 16 * MT * WM
-    B: gl.constexpr = WK * SUB  # chunk slots per trip (DIAG: eight chunks a slot)
-    CPT: gl.constexpr = 8 * B if DIAG else B  # chunks per trip
-    RP: gl.constexpr = BN // 8 if DIAG else BN  # weight rows per program
+    B: gl.constexpr = WK * SUB  # chunk slots per trip (DG chunks a slot)
+    CPT: gl.constexpr = DG * B  # chunks per trip
+    RP: gl.constexpr = BN // DG  # weight rows per program
+    XR: gl.constexpr = BM // DG  # x rows per program
     WT: gl.constexpr = DK // 16 if INT8 else DK // 32  # words per thread, row and chunk
     WPC: gl.constexpr = 4 * WT  # words per row and chunk
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[WK, WM, 1], instr_shape=[1, 16, 8])
@@ -365,11 +370,8 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
     wk3 = _arange3(B, 0, ZL)
     c3 = _arange3(4, 2, ZL)
     i3 = _arange3(BN, 1, ZL)
-    if DIAG:
-        rows3 = gl.minimum(pid_n * RP + 2 * (i3 // 16) + (i3 % 16) // 8, N - 1)
-        wk3 = wk3 * 8 + i3 % 8  # the chunk (in the trip) of each row slot
-    else:
-        rows3 = gl.minimum(pid_n * BN + i3, N - 1)
+    rows3 = gl.minimum(pid_n * RP + i3 // DG, N - 1)
+    wk3 = wk3 * DG + i3 % DG  # the chunk (in the trip) of each row slot
     om = gl.arange(0, WT, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, W_LAYOUT))))
     CW: gl.constexpr = 16 * WPC if TILED else WPC  # words from one chunk of a row to the next
     if TILED:  # [N / 16, chunks, 16 rows, WPC words]: a warp's load is 512 contiguous bytes
@@ -392,24 +394,18 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
         else:
             i_s = gl.arange(0, BN, layout=gl.SliceLayout(0, SL))
             wk_s = gl.arange(0, B, layout=gl.SliceLayout(1, SL))[:, None]
-            if DIAG:
-                rows_s = gl.minimum(pid_n * RP + 2 * (i_s // 16) + (i_s % 16) // 8, N - 1)
-                wk_s = wk_s * 8 + (i_s % 8)[None, :]
-            else:
-                rows_s = gl.minimum(pid_n * BN + i_s, N - 1)
+            rows_s = gl.minimum(pid_n * RP + i_s // DG, N - 1)
+            wk_s = wk_s * DG + (i_s % DG)[None, :]
             s_ptrs = s_ptr + (rows_s * G)[None, :] + (wk_s * DK) // GROUP  # [B, BN]
     # x: row m, column chunk·DK + kp
     wkc = _arange3(B, 0, X_LAYOUT)
     kp = _arange3(DK // 2, 1, X_LAYOUT)
-    xm = pid_m * BM + _arange3(BM, 2, X_LAYOUT)
+    m3 = _arange3(BM, 2, X_LAYOUT)  # mma column j: chunk j % DG of x row j // DG
     # Rows past M read row M - 1: they only make output columns that are never stored.
-    xm = gl.minimum(xm, M - 1)
+    xm = gl.minimum(pid_m * XR + m3 // DG, M - 1)
+    wkc = wkc * DG + m3 % DG
     x_words = x_ptr.to(gl.pointer_type(gl.int32))  # column pairs
-    if DIAG:  # one x row; mma column j reads the slot's chunk j
-        wkc = wkc * 8 + _arange3(BM, 2, X_LAYOUT)
-        x_ptrs = x_words + wkc * (DK // 2) + kp
-    else:
-        x_ptrs = x_words + xm.to(gl.int64) * (stride_xm // 2) + wkc * (DK // 2) + kp
+    x_ptrs = x_words + xm.to(gl.int64) * (stride_xm // 2) + wkc * (DK // 2) + kp
 
     acc = gl.zeros([B, BN, BM], gl.float32, MMA)
     dtype: gl.constexpr = x_ptr.dtype.element_ty
@@ -436,27 +432,20 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
 
     y = gl.sum(acc, axis=0)  # [BN, BM]
     YL: gl.constexpr = gl.SliceLayout(0, MMA)
-    if DIAG:
+    if DG > 1:  # keep the products of matching chunks, add each (weight row, x row)'s DG of them
         i_y = gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
         j_y = gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
-        y = gl.sum(gl.where(j_y[None, :] == (i_y % 8)[:, None], y, 0.0), axis=1)  # [BN]: row slot i's chunk
-        y = gl.sum(gl.reshape(y, [RP, 8]), axis=1)  # [RP]: slots 8q .. 8q + 7 are weight row q's
-        offs_r = pid_n * RP + gl.arange(0, RP, layout=y.type.layout)
-        if INT8:
-            y = y * gl.load(s_ptr + offs_r, mask=offs_r < N, other=0.0).to(gl.float32)
-        if HAS_BIAS:
-            y = y + gl.load(b_ptr + offs_r, mask=offs_r < N, other=0.0).to(gl.float32)
-        gl.store(y_ptr + offs_r, y.to(y_ptr.dtype.element_ty), mask=offs_r < N)
-    else:
-        offs_n = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
-        offs_m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
-        if INT8:
-            y = y * gl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
-        if HAS_BIAS:
-            y = y + gl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
-        ptrs = y_ptr + offs_m.to(gl.int64)[None, :] * N + offs_n[:, None]
-        gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_n < N)[:, None] & (offs_m < M)[None, :])
-
+        y = gl.where((j_y % DG)[None, :] == (i_y % DG)[:, None], y, 0.0)
+        y = gl.sum(gl.sum(gl.reshape(y, [RP, DG, XR, DG]), axis=3), axis=1)  # [RP, XR]
+    OL: gl.constexpr = y.type.layout
+    offs_n = pid_n * RP + gl.arange(0, RP, layout=gl.SliceLayout(1, OL))
+    offs_m = pid_m * XR + gl.arange(0, XR, layout=gl.SliceLayout(0, OL))
+    if INT8:
+        y = y * gl.load(s_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
+    if HAS_BIAS:
+        y = y + gl.load(b_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[:, None]
+    ptrs = y_ptr + offs_m.to(gl.int64)[None, :] * N + offs_n[:, None]
+    gl.store(ptrs, y.to(y_ptr.dtype.element_ty), mask=(offs_n < N)[:, None] & (offs_m < M)[None, :])
 
 _decode_fast = cached(_decode_kernel)
 
@@ -497,6 +486,10 @@ def tile_weight(w: torch.Tensor, chunk_bytes: int) -> torch.Tensor:
     return w.reshape(n // 16, 16, kb // chunk_bytes, chunk_bytes).permute(0, 2, 1, 3).contiguous().view(n, kb)
 
 
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
 def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool) -> None:
     M, K = x.shape
     N = w.shape[0]
@@ -507,26 +500,27 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
         raise ValueError(f"a TILED decode config reads 16-row tiles: N = {N} is not a multiple of 16")
     mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])
     sub, xpf = int(cfg.get("SUB", 1)), bool(cfg.get("XPF", True))
-    diag = bool(cfg.get("DIAG")) and M == 1
-    if diag and cfg.get("TILED"):
+    # DIAG: as many chunks a slot as the x tile's idle columns allow (8 at M = 1, 4 at M = 2, 2 at M <= 4)
+    dg = 8 // _pow2_at_least(M) if cfg.get("DIAG") and M <= 4 else 1
+    if dg > 1 and cfg.get("TILED"):
         raise ValueError(f"a decode config is DIAG or TILED, not both: {cfg!r}")
     bm = 8 if M <= 8 else 16
     chunks = K // dk
-    per_trip = wk * sub * (8 if diag else 1)
-    rows = 2 * mt * wm if diag else 16 * mt * wm
+    per_trip = wk * sub * dg
+    rows = 16 * mt * wm // dg
     wt = dk // 16 if int8 else dk // 32
-    _decode_fast[(ceil_div(N, rows), ceil_div(M, bm))](
+    _decode_fast[(ceil_div(N, rows), ceil_div(M, bm // dg))](
         x, w, scale, zero if zero is not None else scale, bias if bias is not None else scale, out,
         M, N, K // 4 if int8 else K // 8, K // group_size, x.stride(0), chunks, ceil_div(chunks, per_trip),
         INT8=int8, GROUP=group_size, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=xpf,
         SCALE_IN=not int8 and group_size < dk, HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0,
         W_LAYOUT=word_layout(wk, wm, mt, wt, sub), X_LAYOUT=x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm,
-        TILED=bool(cfg.get("TILED", False)), DIAG=diag)
+        TILED=bool(cfg.get("TILED", False)), DG=dg)
 
 
 def launch(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:
     """``out = x @ dequant(packed, scale, zero)^T (+ bias)`` for M <= 16 (``cfg``: MT, WK, WM, DK, SUB,
-    XPF; optional DIAG, used at M = 1, and TILED, for weights rearranged by :func:`tile_weight`)."""
+    XPF; optional DIAG, used at M <= 4, and TILED, for weights rearranged by :func:`tile_weight`)."""
     _launch(x, packed, scale, zero, bias, out, group_size, cfg, False)
 
 

@@ -52,9 +52,10 @@ def make_problem(m, n, k, g, dtype, device, scale_dtype=None, bias=False, symmet
 
 
 def ran(config, x, packed, scale, g):
-    """The config a call with ``config`` runs: a decode config falls back to the default small-M config
-    where the Gluon decode kernel cannot run, and carries the group size where it does (its numerics
-    depend on it: groups smaller than its K chunk round the weight to x.dtype)."""
+    """The config a call with ``config`` runs: a decode config falls back to the GEMV at M = 1 and the
+    default small-M config above where the Gluon decode kernel cannot run, and carries the group size
+    where it does (its numerics depend on it: groups smaller than its K chunk round the weight to
+    x.dtype)."""
     if config is None or config["kernel"] != "decode":
         return config
     from quantkit.kernels import wo_decode_sm90
@@ -62,7 +63,7 @@ def ran(config, x, packed, scale, g):
     m, k = x.shape
     if x.is_cuda and m <= 16 and wo_decode_sm90.usable(x, packed, scale, g, config):
         return {**config, "_GROUP": g}
-    return k4._default_small(m, packed.shape[0], k)
+    return k4._default_m1_gemv(packed.shape[0]) if m == 1 else k4._default_small(m, packed.shape[0], k)
 
 
 def rounds_weight(config, x) -> bool:
@@ -691,3 +692,24 @@ def test_layer_in_cuda_graph_gpu():
                     assert torch.equal(static_y, model(new_x))
                 else:  # dequantize + cuBLAS, which may pick another algorithm under capture
                     torch.testing.assert_close(static_y, model(new_x), rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_shipped_decode_size_configs_are_correct():
+    """Each config of this GPU's shipped table at M <= 16 (the lm_head's width aside: a float64 reference
+    there is 4 GB) on its own problem, M = the bucket, bf16 x, group 128, a bias."""
+    from quantkit.kernels import tuning
+
+    ran_any = False
+    for key, cfg in tuning._shipped(k4.FAMILY).items():
+        m, n, k = (int(v) for v in key.split(","))
+        if m > 16 or n > 32768:
+            continue
+        x, packed, scale, zero, b, _ = make_problem(m, n, k, 128, torch.bfloat16, "cuda", bias=True)
+        used = ran(cfg, x, packed, scale, 128)
+        y = k4.linear(x, packed, scale, zero, b, 128, config=cfg)
+        wdt = x.dtype if rounds_weight(used, x) else torch.float32
+        assert_output(y, reference64(x, packed, scale, zero, b, 128, wdt), f"shipped {key} {cfg}", tc_steps(used, k))
+        ran_any = True
+    if tuning._shipped(k4.FAMILY):
+        assert ran_any

@@ -180,10 +180,12 @@ def test_random_inputs_within_fp32_bound(kernel_device, name, M, N, K, config, d
     _assert_within_fp32_bound(ref, x, weight_q, weight_scale, bias, f"{name} reference (sanity)")
 
 
-@pytest.mark.parametrize("M,kind", [(1, "decode"), (3, "stream"), (16, "stream"), (80, "mma"), (300, "tma_wgmma")])
+@pytest.mark.parametrize("M,kind", [(1, "decode"), (3, "decode"), (5, "stream"), (16, "stream"), (80, "mma"),
+                                    (300, "tma_wgmma")])
 def test_default_config_dispatch(kernel_device, M, kind):
-    """config=None: the DIAG decode programs at M = 1 (K = 200 is not a multiple of their chunk, so the
-    GEMV runs: the fallback elsewhere too), the streaming tensor-core kernel up to 16 rows, wgmma tiles
+    """config=None: the DIAG decode programs at M = 1-4 (K = 200 is not a multiple of their chunk, so the
+    GEMV runs at M = 1 and the stream kernel at 2-4: the fallbacks elsewhere too), the streaming tensor-core
+    kernel up to 16 rows, wgmma tiles
     with the weight in registers up to 256 rows, the Gluon TMA kernel above (K = 200 is not a multiple
     of 16, so there the mma_ss fallback runs); N, K off the tiles."""
     k = _module()
@@ -595,12 +597,13 @@ def test_gpu_other_activation_dtypes(llama_weights, dtype, M):
 
 @pytest.mark.gpu
 def test_gpu_untuned_shapes_run_their_defaults():
-    """Shapes without a tuned entry take default_config: at M = 1 the DIAG decode programs, at wide N and
-    2 <= M <= 16 the decode kernel (N and K off its tiles, a bias, both 16-bit types), within the float32
+    """Shapes without a tuned entry take default_config: at M = 1-4 the DIAG decode programs, at wide N and
+    5 <= M <= 16 the decode kernel (N and K off its tiles, a bias, both 16-bit types), within the float32
     bound of the exact products."""
     k = _module()
     for m, n, kk, dtype in [(1, 8200, 1088, torch.bfloat16), (2, 8200, 1088, torch.float16),
-                            (9, 9000, 2048, torch.bfloat16), (16, 8192, 1000, torch.float16)]:
+                            (3, 1000, 4160, torch.bfloat16), (9, 9000, 2048, torch.bfloat16),
+                            (16, 8192, 1000, torch.float16)]:
         x, weight_q, weight_scale, bias = _layer_inputs(m, n, kk, dtype, "cuda", bias=True)
         assert k.default_config(m, n, kk)["kernel"] == "decode"
         y = k.linear(x, weight_q, weight_scale, bias)

@@ -192,7 +192,7 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
                   SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even,
                   W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
                   X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm, TILED=cfg.get("TILED", False),
-                  DIAG=cfg.get("DIAG", False) and bm == 8)
+                  DG=8 if cfg.get("DIAG", False) and bm == 8 else 1)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "N", "KW", "stride_xm")}
@@ -396,11 +396,12 @@ def test_tiled_weights_are_bit_identical_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
-def test_diag_m1_gpu():
-    """DIAG configs (M = 1: eight chunks of one row a slot, the diagonal of the mma kept) against the
-    float64 reference: int4 with every group size, int8; N not a multiple of the program's rows, K with
-    partial trips and whole ones, both 16-bit types, a bias. At M > 1 the same config runs the plain
-    kernel."""
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_diag_gpu(m):
+    """DIAG configs (8 / 4 / 2 chunks of one row a slot at M = 1 / 2 / 3-4, the matching products of the
+    mma kept) against the float64 reference: int4 with every group size, int8; N not a multiple of the
+    program's rows, K with partial trips and whole ones, both 16-bit types, a bias, x rows with a
+    stride. At M > 4 the same config runs the plain kernel."""
     from quantkit.kernels import int8_weight_only as k8
     from tests.kernels.test_int8_weight_only import _assert_within_fp32_bound, _layer_inputs
 
@@ -408,18 +409,21 @@ def test_diag_m1_gpu():
             k4._decode(2, 4, sub=2, xpf=False, diag=True), k4._decode(1, 2, wm=2, diag=True)]
     for i, (n, k) in enumerate(((1000, 1280), (4104, 4096), (96, 2048), (1030, 14336))):
         for g in (32, 64, 128, 256):
-            cfg = cfgs[(i + g // 32) % len(cfgs)]
+            cfg = cfgs[(i + g // 32 + m) % len(cfgs)]
             if k % g or (cfg["WK"] * cfg["SUB"] * cfg["DK"]) % g:
                 continue
             dtype = torch.float16 if (i + g) % 2 else torch.bfloat16
-            _check(cfg, 1, n, k, g, dtype, bias=(i + g) % 3 == 0, what="diag")
-    _check(cfgs[0], 5, 1000, 1280, 128, torch.bfloat16, what="diag config at M = 5")
+            _check(cfg, m, n, k, g, dtype, bias=(i + g) % 3 == 0, what="diag")
+    wide = torch.randn(m, 2048 + 64, device="cuda").to(torch.bfloat16)
+    _check(cfgs[1], m, 520, 2048, 128, torch.bfloat16, x=wide[:, 64:], what="diag, strided x rows")
+    if m == 1:
+        _check(cfgs[0], 5, 1000, 1280, 128, torch.bfloat16, what="diag config at M = 5")
     cfgs8 = [k8._decode_config(1, 4, diag=True), k8._decode_config(2, 2, diag=True),
              k8._decode_config(1, 8, sub=2, xpf=False, diag=True)]
     for i, (n, k) in enumerate(((1000, 1088), (4104, 4096), (300, 14336))):
         for cfg in cfgs8:
             dtype = torch.float16 if i % 2 else torch.bfloat16
-            x, wq, ws, b = _layer_inputs(1, n, k, dtype, "cuda", bias=i != 1)
+            x, wq, ws, b = _layer_inputs(m, n, k, dtype, "cuda", bias=i != 1)
             y = k8.linear(x, wq, ws, b, config=cfg)
             _assert_within_fp32_bound(y, x, wq, ws, b, f"int8 diag {cfg} N={n} K={k}")
             assert torch.equal(y, k8.linear(x, wq, ws, b, config=cfg)), "not deterministic"
