@@ -742,15 +742,19 @@ def _cublas() -> dict:
     return {"kernel": "cublas", "fuse_act_quant": False}
 
 
-def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16) -> dict:
+def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
     """M ≤ 16, sm_90: the activation quantization kernel writes the codes once, then the Gluon decode
     kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps,
     DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
     programmatic dependent of the quantization). Both in one allocation with the output. Where it
     cannot run (another GPU, K not a multiple of DK, b < DK or < the program's rows), the fused default
-    for the problem runs."""
-    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl,
-            "fuse_act_quant": False}
+    for the problem runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
+    (:mod:`quantkit.kernels.aq_decode_sm90`)."""
+    cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl,
+           "fuse_act_quant": False}
+    if diag:
+        cfg["DIAG"] = True
+    return cfg
 
 
 def _pow2(v) -> bool:
@@ -866,6 +870,10 @@ _GLUON_DECODE = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128), _d
 # kernel is one more grid to wait for (end to end b1 4.26 -> 4.63 ms; notes/fp8_block.md, round 7).
 _DECODE_1 = [_stream(16, 1, 8, 3), _stream(32, 1, 8, 3), _stream(16, 1, 4, 3)]
 _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _stream(32, 8, 4, 3)] + _GLUON_DECODE
+# M = 2-4: the decode kernel's DIAG programs (4 or 2 chunks of a row a slot in the x tile's idle columns)
+_DECODE_4 = [_swap(64, 16, 2, 4, 4, True), _decode(1, 4, dk=128), _decode(2, 2, dk=128),
+             _decode(1, 4, dk=128, diag=True), _decode(2, 2, dk=128, diag=True), _decode(1, 2, dk=128, diag=True),
+             _decode(1, 4, diag=True), _decode(2, 4, dk=128, diag=True)]
 # (round 7's one-group split-K 4 candidate never won a cell: its place went to the PDL variants)
 # The Gluon GEMM with 64-wide tiles and PDL: 18.8 against the split-K swap kernel's 20.6 µs at 4096², M = 128
 # in a wider probe (notes/fp8_block.md, round 13).
@@ -884,6 +892,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     """The search space for the offline sweep."""
     if M == 1:
         return list(_DECODE_1)
+    if M <= 4:
+        return list(_DECODE_4)
     if M <= 16:
         return list(_DECODE_16)
     if M <= 256:

@@ -600,13 +600,17 @@ def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, g
             "SPLIT_K": split_k, "num_warps": warps, "num_stages": stages, "mode": mode, "pdl": pdl}
 
 
-def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16) -> dict:
+def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
     """M <= 16, sm_90: the row quantization kernel writes the codes once, then the Gluon decode kernel
     of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps, DK-deep K
     chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a programmatic
     dependent of the quantization). Both in one allocation with the output. Where it cannot run, the
-    M <= 16 fused default runs."""
-    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl}
+    M <= 16 fused default runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
+    (:mod:`quantkit.kernels.aq_decode_sm90`)."""
+    cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl}
+    if diag:
+        cfg["DIAG"] = True
+    return cfg
 
 
 def _check_config(config: dict) -> None:
@@ -691,6 +695,10 @@ _DECODE_CANDIDATES = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128
 # has it at 4096 x 14336 only: notes/int8_dynamic.md, round 13.)
 _GEMV_CANDIDATES = [_gemv(16, 512, 4, 3), _gemv(8, 1024, 4, 2), _gemv(8, 1024, 4, 1)]
 _FUSED_CANDIDATES = [_fused(64, 256, 8, 3), _stream(32, 128, 4, 3, bm=8)] + _DECODE_CANDIDATES
+# M = 2-4: the decode kernel's DIAG programs (4 or 2 chunks of a row a slot in the x tile's idle columns)
+_DECODE_4_CANDIDATES = [_fused(64, 256, 8, 3), _decode(1, 4, dk=128), _decode(2, 2, dk=128),
+                        _decode(1, 4, dk=128, diag=True), _decode(2, 2, dk=128, diag=True),
+                        _decode(1, 2, dk=128, diag=True), _decode(1, 4, diag=True), _decode(2, 4, dk=128, diag=True)]
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
                    _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
@@ -710,6 +718,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
     """The offline sweep's search space for an [M, K] x [N, K]^T problem (the default included)."""
     if M == 1:
         return list(_GEMV_CANDIDATES)
+    if M <= 4:
+        return list(_DECODE_4_CANDIDATES)
     if M <= 16:
         return list(_FUSED_CANDIDATES)
     if M <= 256:

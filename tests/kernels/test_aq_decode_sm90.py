@@ -99,7 +99,7 @@ def test_decode_falls_back_where_the_kernel_cannot_run(kernel_device):
                        fk.linear(x, fq, fs, config=fk._fused_default(40)))
 
 
-def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf16"):
+def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf16", dg=1):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -116,7 +116,7 @@ def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf
     consts = dict(FP8=fp8, GROUP=group if fp8 else 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, HAS_BIAS=bias,
                   EVEN=even, WAIT_PRIOR=pdl, W_LAYOUT=d.operand_layout(wk, wm, bn, dk, sub, True),
                   X_LAYOUT=d.operand_layout(wk, wm, bm, dk, sub, False), num_warps=wk * wm,
-                  TILED=cfg.get("TILED", False))
+                  TILED=cfg.get("TILED", False), DG=dg)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("xq_ptr", "xs_ptr", "w_ptr", "ws_ptr", "b_ptr", "y_ptr", "N", "K", "stride_xq", "stride_ym")}
@@ -133,14 +133,23 @@ def _compile_jobs():
     jobs += [(first, 16, fp8, True, False, False, dt) for fp8 in (False, True) for dt in ("fp16", "fp32")]
     jobs += [(dict(first, TILED=True), 16, fp8, False, even, True, "bf16") for fp8 in (False, True)
              for even in (True, False)]  # the tiled weight layout: only the addresses change
-    return jobs
+    return [j + (1,) for j in jobs] + _diag_jobs()
+
+
+def _diag_jobs():
+    """The M = 2-4 candidates' DIAG configs with 4 and 2 chunks a slot (and 8, as at M = 1), masked trips
+    and a bias among them."""
+    diag = [c for c in fk._DECODE_4 + ik._DECODE_4_CANDIDATES if c.get("DIAG")]
+    seen = {tuple((k, c[k]) for k in ("MT", "WK", "WM", "DK", "SUB")): c for c in diag}
+    return [(c, 8, fp8, i % 2 == 0, i % 3 != 0, True, "bf16", dg) for i, c in enumerate(seen.values())
+            for fp8 in (False, True) for dg in (2, 4, 8)]
 
 
 def _decode8_check_main() -> None:
     """Compile every job of :func:`_compile_jobs` for sm_90; print a line each, 'ok' last."""
     failures = []
-    for cfg, bm, fp8, bias, even, pdl, dtype in _compile_jobs():
-        kernel = _compile(cfg, bm, fp8, bias, even, pdl, dtype=dtype)
+    for cfg, bm, fp8, bias, even, pdl, dtype, dg in _compile_jobs():
+        kernel = _compile(cfg, bm, fp8, bias, even, pdl, dtype=dtype, dg=dg)
         info, sass = _sm90_tools(kernel)
         spills = int(re.search(r"(\d+) bytes spill stores", info).group(1))
         regs = int(re.search(r"Used (\d+) registers", info).group(1))
@@ -150,7 +159,7 @@ def _decode8_check_main() -> None:
         moves_nothing = "st.shared" not in loop and "shfl.sync" not in loop and "ld.shared" not in loop
         weight_v4 = "ld.global.L1::evict_first.L2::cache_hint.v4" in ptx
         waits = ("griddepcontrol.wait" in ptx) == pdl
-        what = f"decode8 {cfg} BM={bm} fp8={fp8} bias={bias} even={even} pdl={pdl} {dtype}"
+        what = f"decode8 {cfg} BM={bm} fp8={fp8} bias={bias} even={even} pdl={pdl} {dtype} DG={dg}"
         print(f"{what}: regs={regs} spills={spills} mma={mma in ptx} moves_nothing={moves_nothing} "
               f"v4={weight_v4} wait={waits}")
         if spills or mma not in ptx or not moves_nothing or not weight_v4 or not waits:
@@ -324,3 +333,35 @@ def test_tiled_weights_are_bit_identical_gpu():
     x, wq, ws, _ = make_int8(4, 1000, 1024, torch.bfloat16, False, "cuda")
     with pytest.raises(ValueError, match="multiple of 16"):
         ik.linear(x, wq, ws, config=dict(ik._decode(1, 4), TILED=True))
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_diag_gpu(m):
+    """DIAG configs (8 / 4 / 2 chunks of a row a slot at M = 1 / 2 / 3-4): int8 bit-identical to the fused
+    kernel (exact int32 sums, the same epilogue); fp8 within the reference bound; N off the tiles, K with
+    partial trips, a bias."""
+    from tests.kernels.test_fp8_block import check_linear
+    from tests.kernels.test_fp8_block import make_problem as make_fp8
+    from tests.kernels.test_int8_dynamic import make_problem as make_int8
+
+    torch.manual_seed(5 + m)
+    ran = 0
+    for n, k in ((1000, 1280), (2048, 4096), (300, 1088)):
+        for cfg in (ik._decode(1, 4, dk=128, diag=True), ik._decode(2, 2, dk=128, diag=True),
+                    ik._decode(1, 4, diag=True)):
+            x, wq, ws, b = make_int8(m, n, k, torch.bfloat16, True, "cuda")
+            if not _usable(x, wq, cfg):
+                continue
+            ran += 1
+            want = ik.linear(x, wq, ws, b, config=ik._fused_default(n))
+            assert torch.equal(ik.linear(x, wq, ws, b, config=cfg), want), f"int8 {cfg} M={m} N={n} K={k}"
+        for cfg in (fk._decode(1, 4, dk=128, diag=True), fk._decode(2, 2, dk=128, diag=True),
+                    fk._decode(1, 4, diag=True)):
+            x, _, wq, ws, b = make_fp8(m, n, k, torch.bfloat16, True, "cuda")
+            if not _usable(x, wq, cfg, 128):
+                continue
+            ran += 1
+            check_linear(x, wq, ws, b, f"fp8 diag {cfg} M={m} N={n} K={k}", config=cfg)
+    assert ran >= 12
