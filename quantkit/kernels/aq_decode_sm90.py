@@ -63,7 +63,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from quantkit.kernels.launch import cached
-from quantkit.kernels.wo_decode_sm90 import _arange3, _is_sm90, _log2
+from quantkit.kernels.wo_decode_sm90 import _arange3, _diag_sum, _is_sm90, _log2
 from quantkit.reference.common import ceil_div
 
 # Loaded bytes [B, R, c, s, h, j] (byte 4·(2s + h) + j of slice c) -> logical order (s, h, c, j):
@@ -238,13 +238,7 @@ def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride
                          stride_wsg, FP8, EVEN)
         acc = _chunk_product(acc, w1, x1, s1, MMA, FP8)
 
-    y = gl.sum(acc, axis=0)  # [BN, BM]
-    YL: gl.constexpr = gl.SliceLayout(0, MMA)
-    if DG > 1:  # keep the products of matching chunks, add each (weight row, x row)'s DG of them
-        i_y = gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
-        j_y = gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
-        y = gl.where((j_y % DG)[None, :] == (i_y % DG)[:, None], y, 0)
-        y = gl.sum(gl.sum(gl.reshape(y, [RP, DG, XR, DG]), axis=3), axis=1)  # [RP, XR]
+    y = _diag_sum(acc, DG)  # [RP, XR]
     OL: gl.constexpr = y.type.layout
     offs_n = pid_n * RP + gl.arange(0, RP, layout=gl.SliceLayout(1, OL))
     offs_m = pid_m * XR + gl.arange(0, XR, layout=gl.SliceLayout(0, OL))

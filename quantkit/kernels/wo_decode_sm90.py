@@ -210,6 +210,23 @@ def _arange3(n: gl.constexpr, dim: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
+def _diag_sum(acc, DG: gl.constexpr):
+    """The [B, BN, BM] accumulator summed over a trip's chunk slots; with DG > 1 (DIAG) only the products
+    of matching chunks (mma row i % DG = column j % DG) are kept and each (weight row, x row)'s DG of them
+    added: [BN / DG, BM / DG]. Shared with :mod:`quantkit.kernels.aq_decode_sm90`."""
+    y = gl.sum(acc, axis=0)
+    if DG > 1:
+        BN: gl.constexpr = y.shape[0]
+        BM: gl.constexpr = y.shape[1]
+        YL: gl.constexpr = y.type.layout
+        i_y = gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
+        j_y = gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
+        y = gl.where((j_y % DG)[None, :] == (i_y % DG)[:, None], y, 0)
+        y = gl.sum(gl.sum(gl.reshape(y, [BN // DG, DG, BM // DG, DG]), axis=3), axis=1)
+    return y
+
+
+@gluon.jit
 def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexpr, EVEN: gl.constexpr):
     """Trip t's x words (B: chunks a trip covers; wk_x: each word's chunk in the trip; chunks past K read
     as zeros)."""
@@ -430,13 +447,7 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
             xb = _load_x(t + 1, x_ptrs, wkc, NUM_CHUNKS, TRIPS, CPT, DK, EVEN)
         acc = _chunk_product(acc, w1, xb, z1, s1, dtype, MMA, SCALE_IN, INT8)
 
-    y = gl.sum(acc, axis=0)  # [BN, BM]
-    YL: gl.constexpr = gl.SliceLayout(0, MMA)
-    if DG > 1:  # keep the products of matching chunks, add each (weight row, x row)'s DG of them
-        i_y = gl.arange(0, BN, layout=gl.SliceLayout(1, YL))
-        j_y = gl.arange(0, BM, layout=gl.SliceLayout(0, YL))
-        y = gl.where((j_y % DG)[None, :] == (i_y % DG)[:, None], y, 0.0)
-        y = gl.sum(gl.sum(gl.reshape(y, [RP, DG, XR, DG]), axis=3), axis=1)  # [RP, XR]
+    y = _diag_sum(acc, DG)  # [RP, XR]
     OL: gl.constexpr = y.type.layout
     offs_n = pid_n * RP + gl.arange(0, RP, layout=gl.SliceLayout(1, OL))
     offs_m = pid_m * XR + gl.arange(0, XR, layout=gl.SliceLayout(0, OL))
