@@ -210,7 +210,9 @@ def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride
     wk_x = wk_x[:, :, :, None]
     # fp8 scales per chunk (b) and x row: x_scale[m, g], w_scale[row block, g]
     j_s = gl.arange(0, BM, layout=gl.SliceLayout(0, SL))
-    wk_s = gl.arange(0, B, layout=gl.SliceLayout(1, SL))[:, None] * DG + (j_s % DG)[None, :]  # [B, BM]: chunk
+    wk_s = gl.arange(0, B, layout=gl.SliceLayout(1, SL))[:, None]  # [B, 1]: the chunk
+    if DG > 1:  # [B, BM]: column j's chunk (each column's scale product is its own chunk's)
+        wk_s = wk_s * DG + (j_s % DG)[None, :]
     sm = gl.minimum(pid_m * XR + j_s // DG, M - 1)[None, :]  # [1, BM]
     xs_ptrs = xs_ptr + sm * stride_xsm + wk_s * 0
     ws_ptrs = ws_ptr + ((pid_n * RP) // GROUP) * stride_wsn + wk_s * 0
