@@ -69,8 +69,7 @@ Tiled weights (``TILED`` in the config; measured, not yet the layers' layout). T
 [N / 16, K / DK, 16 rows, one DK chunk of a row] (:func:`tile_weight`) make each warp's 16-byte loads
 cover 512 contiguous bytes instead of 64 bytes of eight rows 2-14 KB apart; nothing else changes and the
 outputs are bit-identical. On an H100 that made the kernel faster in all 84 probe cells (1-20 %, 4 % or more
-in 77; int4
-M = 1 at 14336×4096 19.9 -> 18.8 µs, 4096×14336 21.7 -> 20.4; int8 weights likewise;
+in 77; int4 M = 1 at 14336×4096 19.9 -> 18.8 µs, 4096×14336 21.7 -> 20.4; int8 weights likewise;
 notes/int4_weight_only.md, round 14). The layers keep the row-major layout that every other kernel of
 the families reads (the GEMVs, the small-M and large-M GEMMs, the dequantization), so this is an option
 of the kernel, not yet of a layer.
