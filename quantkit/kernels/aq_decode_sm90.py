@@ -63,7 +63,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from quantkit.kernels.launch import cached
-from quantkit.kernels.wo_decode_sm90 import _arange3, _diag_sum, _is_sm90, _log2
+from quantkit.kernels.wo_decode_sm90 import _arange3, _diag_sum, _is_sm90, _log2, diag_chunks
 from quantkit.reference.common import ceil_div
 
 # Loaded bytes [B, R, c, s, h, j] (byte 4·(2s + h) + j of slice c) -> logical order (s, h, c, j):
@@ -309,10 +309,7 @@ def launch(x_q, x_scale, stride_xsm, stride_xsg, weight_q, weight_scale, bias, o
         raise ValueError(f"a TILED decode config reads 16-row tiles: N = {N} is not a multiple of 16")
     mt, wk, wm, dk, sub = (int(cfg[k]) for k in ("MT", "WK", "WM", "DK", "SUB"))
     bm = 8 if M <= 8 else int(cfg["BM"])
-    # DIAG: as many chunks a slot as the x tile's idle columns allow (8 at M = 1, 4 at M = 2, 2 at M <= 4)
-    dg = 8 // (1 << max(0, (M - 1).bit_length())) if cfg.get("DIAG") and M <= 4 else 1
-    if dg > 1 and cfg.get("TILED"):
-        raise ValueError(f"a decode config is DIAG or TILED, not both: {cfg!r}")
+    dg = diag_chunks(cfg, M)
     chunks = K // dk
     per_trip = wk * sub * dg
     bn = 16 * mt * wm

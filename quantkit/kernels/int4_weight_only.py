@@ -632,8 +632,8 @@ def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True, diag=False) -> dict:
     """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16): 16·MT·WM
     weight rows per program, WK warps splitting K in DK-deep chunks (SUB of them per warp and trip),
     WM warps splitting the rows; ``xpf``: x prefetched a trip ahead like the weight (else loaded at
-    use); ``diag`` (used at M = 1 only): the mma's eight columns take eight consecutive chunks of one
-    row, so 2·MT·WM rows a program. Elsewhere (and where it cannot run) the default small-M config."""
+    use); ``diag`` (used at M <= 4): the mma's eight columns take 8 / M consecutive chunks of a row, so
+    16·MT·WM·M / 8 rows a program. Elsewhere (and where it cannot run) the default small-M config."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
     if diag:
         cfg["DIAG"] = True
@@ -679,7 +679,7 @@ def _default_m1_gemv(N: int) -> dict:
     return _gemv(32, 512, 4, 3) if N >= 8192 else _gemv(8, 1024, 4, 3)
 
 
-def _default_m1(N: int, K: int) -> dict:
+def _default_m1(N: int) -> dict:
     """M = 1 without a tuned entry: the decode kernel's DIAG programs below the lm_head's width, within 8 %
     of the best candidate on eleven H100 shapes and the best on seven (GEMV default before: up to 20 %
     slower; notes/int4_weight_only.md, round 14); the GEMV there and wherever the decode kernel cannot
@@ -716,7 +716,7 @@ def default_config(M: int, N: int, K: int) -> dict:
         # The H100 sweeps' winners away from the Llama shapes (1024x4096 and 128256x4096: the GEMV and
         # the small kernel; the Gluon decode kernel wins only on the tuned 14336-wide shapes).
         if M == 1:
-            return _default_m1(N, K)
+            return _default_m1(N)
         return _small(64, 4, 4, 3) if N >= 8192 else _small(16, 4, 4, 4)
     if M >= _DEQUANT_MM_MIN_M:
         # The Gluon kernel (dequant_mm where it cannot run) wins where the dequantization pass is a

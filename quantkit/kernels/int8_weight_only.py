@@ -396,7 +396,7 @@ def _decode_config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, xp
     """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16, 16-bit x,
     K % DK == 0): the weight loaded straight into mma.sync fragments; 16·MT·WM rows per program, WK
     warps splitting K in DK-deep chunks (SUB per warp and trip), ``xpf``: x loaded a trip ahead;
-    ``diag`` (M = 1 only): eight consecutive chunks of one row a slot, 2·MT·WM rows a program. Where
+    ``diag`` (used at M <= 4): 8 / M consecutive chunks of a row a slot, 16·MT·WM·M / 8 rows a program. Where
     it cannot run, the default config for the problem's M runs instead."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
     if diag:

@@ -242,9 +242,10 @@ def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_C
                 DK: gl.constexpr, WPC: gl.constexpr, GROUP: gl.constexpr, EVEN: gl.constexpr, XPF: gl.constexpr,
                 INT8: gl.constexpr):
     """Trip t's loads (B chunks a trip; wk_*: each element's chunk in the trip): weight words, x words
-    (XPF; else 0: loaded at use), zero-points and scales. EVEN (whole trips, an even count): no masks; the prefetch past the
-    end, whose values are never used, reads the last trip again (L2 hits). Otherwise chunks past K read
-    x and scales as zeros (their words and zero-points are finite whatever they are): they add nothing."""
+    (XPF; else 0: loaded at use), zero-points and scales. EVEN (whole trips, an even count): no masks;
+    the prefetch past the end, whose values are never used, reads the last trip again (L2 hits).
+    Otherwise chunks past K read x and scales as zeros (their words and zero-points are finite whatever
+    they are): they add nothing."""
     if XPF:
         xv = _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B, DK, EVEN)
     else:
@@ -497,8 +498,13 @@ def tile_weight(w: torch.Tensor, chunk_bytes: int) -> torch.Tensor:
     return w.reshape(n // 16, 16, kb // chunk_bytes, chunk_bytes).permute(0, 2, 1, 3).contiguous().view(n, kb)
 
 
-def _pow2_at_least(v: int) -> int:
-    return 1 << max(0, (v - 1).bit_length())
+def diag_chunks(cfg: dict, M: int) -> int:
+    """DG, the chunks of a row a slot for a decode config at M rows (both decode kernels): with ``DIAG``,
+    as many as the x tile's idle columns allow (8 at M = 1, 4 at M = 2, 2 at M = 3-4), else 1."""
+    dg = 8 // (1 << (M - 1).bit_length()) if cfg.get("DIAG") and 1 <= M <= 4 else 1
+    if dg > 1 and cfg.get("TILED"):
+        raise ValueError(f"a decode config is DIAG or TILED, not both: {cfg!r}")
+    return dg
 
 
 def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool) -> None:
@@ -511,10 +517,7 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
         raise ValueError(f"a TILED decode config reads 16-row tiles: N = {N} is not a multiple of 16")
     mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])
     sub, xpf = int(cfg.get("SUB", 1)), bool(cfg.get("XPF", True))
-    # DIAG: as many chunks a slot as the x tile's idle columns allow (8 at M = 1, 4 at M = 2, 2 at M <= 4)
-    dg = 8 // _pow2_at_least(M) if cfg.get("DIAG") and M <= 4 else 1
-    if dg > 1 and cfg.get("TILED"):
-        raise ValueError(f"a decode config is DIAG or TILED, not both: {cfg!r}")
+    dg = diag_chunks(cfg, M)
     bm = 8 if M <= 8 else 16
     chunks = K // dk
     per_trip = wk * sub * dg

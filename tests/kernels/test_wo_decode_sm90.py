@@ -129,6 +129,19 @@ def test_tile_weight_puts_each_byte_in_its_tile(dtype):
         tile_weight(w[:, :300], c)
 
 
+def test_diag_chunks_per_slot():
+    """DG for a decode config: 8 / M chunks of a row a slot at M <= 4 with DIAG (M rounded up to a power of
+    two), else 1; DIAG with TILED is refused where DIAG applies."""
+    from quantkit.kernels.wo_decode_sm90 import diag_chunks
+
+    diag = k4._decode(1, 1, diag=True)
+    assert [diag_chunks(diag, m) for m in (1, 2, 3, 4, 5, 16)] == [8, 4, 2, 2, 1, 1]
+    assert [diag_chunks(k4._decode(1, 4), m) for m in (1, 2, 4)] == [1, 1, 1]
+    with pytest.raises(ValueError, match="DIAG or TILED"):
+        diag_chunks(dict(diag, TILED=True), 1)
+    assert diag_chunks(dict(diag, TILED=True), 5) == 1
+
+
 @pytest.mark.parametrize("key", ["DIAG", "TILED", "XPF"])
 def test_decode_flags_must_be_bools(key):
     """A tuned table is JSON: a flag read back as 1 or "true" is refused before any launch, naming it."""
