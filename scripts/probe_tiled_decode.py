@@ -17,12 +17,7 @@ from quantkit.kernels import int4_weight_only as Q
 from quantkit.kernels import int8_dynamic as I
 from quantkit.kernels import int8_weight_only as W
 from quantkit.kernels import tuning
-
-
-def tile(w: torch.Tensor, chunk_bytes: int) -> torch.Tensor:
-    """[N, Kb] bytes -> the same bytes as [N / 16, Kb / chunk, 16, chunk], viewed as [N, Kb]."""
-    n, kb = w.shape
-    return w.view(n // 16, 16, kb // chunk_bytes, chunk_bytes).permute(0, 2, 1, 3).contiguous().view(n, kb)
+from quantkit.kernels.wo_decode_sm90 import tile_weight
 
 
 def configs(fam):
@@ -49,7 +44,7 @@ def grid():
     torch.manual_seed(0)
     for n, k in ((14336, 4096), (4096, 14336)):
         packed, scale, zero, bias, g = Q.make_bench_inputs(n, k)
-        tiled = tile(packed, 64)
+        tiled = tile_weight(packed, 64)
         for m in (1, 16):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             t_ship = tuning.gpu_time_ms(lambda: Q.linear(x, packed, scale, zero, bias, g)) * 1e3
@@ -145,7 +140,7 @@ def main():
                         inputs[0] = w_rm
                         y0 = mod.linear(x, *inputs, config=cfg)
                         t0 = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs, config=cfg)) * 1e3
-                        inputs[0] = tile(w_rm.view(torch.uint8), chunk).view(w_rm.dtype)
+                        inputs[0] = tile_weight(w_rm.view(torch.uint8), chunk).view(w_rm.dtype)
                         tcfg = dict(cfg, TILED=True)
                         y1 = mod.linear(x, *inputs, config=tcfg)
                         t1 = tuning.gpu_time_ms(lambda: mod.linear(x, *inputs, config=tcfg)) * 1e3
