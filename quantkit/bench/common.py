@@ -55,6 +55,23 @@ def measure_ms(fn: Callable[[], Any], device: torch.device | str, warmup_ms: flo
     return _cpu_median_ms(fn, warmup_ms, rep_ms)
 
 
+def host_us_per_call(fn: Callable[[], Any], calls: int = 100, batches: int = 5) -> float:
+    """Host microseconds one ``fn()`` call takes to return on a CUDA device: the median over ``batches``
+    of ``calls`` back-to-back calls without synchronizing, so the GPU work queues behind the host (the
+    queue holds ~1,000 launches; a call here makes one to a few). The eager timer hides host time only
+    up to the GPU time it spends between calls, so a cell whose host time is above that reads the host."""
+    fn()
+    torch.cuda.synchronize()
+    per_batch = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_batch.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_batch)
+
+
 def _cpu_median_ms(fn: Callable[[], Any], warmup_ms: float, rep_ms: float, min_calls: int = 3,
                    max_calls: int = 1000) -> float:
     start = time.perf_counter()

@@ -60,6 +60,7 @@ class LayerBenchConfig:
     compile_peers: bool = False
     copy_bytes: int | None = None
     seed: int = 0
+    gpu_time: bool = True  # on a GPU, also the CUDA-graph GPU time and the host time per call of every row
 
 
 @dataclass
@@ -160,13 +161,14 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
     ref = F.linear(x.double(), weight.double())
     act_out_bytes = (m * k + m * n) * x.element_size()
     rows: list[dict[str, Any]] = []
-    base_ms = None
+    base_ms = base_graph_us = None
     for method in methods:
         row: dict[str, Any] = {"method": method.name, "kind": method.kind, "N": n, "K": k, "M": m,
                                "backend": None, "ms": None, "us": None, "speedup": None, "tflops": None,
                                "bytes": method.nbytes + act_out_bytes, "weight_bytes": method.nbytes,
                                "GBps": None, "pct_copy_bw": None, "rel_err": None, "err_bound": method.bound,
-                               "within_bound": None, "error": None}
+                               "within_bound": None, "error": None, "graph_us": None, "graph_speedup": None,
+                               "host_us": None}
         try:
             with torch.inference_mode():
                 y = method.forward(x)
@@ -178,6 +180,12 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
                 if row["kernel"] in _CUBLAS_KERNELS:
                     row["backend"] += "+cuBLAS"
                 ms = common.measure_ms(lambda: method.forward(x), device, config.warmup_ms, config.rep_ms)
+                if config.gpu_time and device.type == "cuda":
+                    from quantkit.kernels.tuning import graph_time_ms
+
+                    graph_ms = graph_time_ms(lambda: method.forward(x), config.warmup_ms, config.rep_ms)
+                    row["graph_us"] = None if graph_ms is None else graph_ms * 1e3
+                    row["host_us"] = common.host_us_per_call(lambda: method.forward(x))
         except Exception as exc:  # noqa: BLE001 - record the failure in the table and go on
             row["error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
             log(f"  [fail] {method.name} M={m} N={n} K={k}: {row['error']}")
@@ -185,18 +193,21 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
             rows.append(row)
             continue
         if method.kind == "bf16":
-            base_ms = ms
+            base_ms, base_graph_us = ms, row.get("graph_us")
         row.update(ms=ms, us=ms * 1e3, tflops=2 * m * n * k / (ms * 1e-3) / 1e12,
                    GBps=row["bytes"] / (ms * 1e-3) / 1e9)
         row["pct_copy_bw"] = 100 * row["GBps"] / copy_gbps if copy_gbps else None
         row["speedup"] = base_ms / ms if base_ms else None
+        if row.get("graph_us") and base_graph_us:
+            row["graph_speedup"] = base_graph_us / row["graph_us"]
         if method.bound is not None:
             row["within_bound"] = row["rel_err"] <= method.bound
         rows.append(row)
         log(f"  {method.name:<28} M={m:<5} N={n:<6} K={k:<6} {ms * 1e3:9.1f} us  "
             f"{row['speedup'] or 0:5.2f}x  {row['tflops']:7.1f} TFLOP/s  {row['GBps']:7.0f} GB/s  "
             f"err {row['rel_err']:.4f}{'' if row['within_bound'] is not False else ' ABOVE BOUND'}"
-            f"  [{row['backend']}]")
+            f"  [{row['backend']}]"
+            + (f"  graph {row['graph_us']:.1f} us, host {row['host_us']:.1f} us/call" if row.get("graph_us") else ""))
     for label, why in failed.items():
         rows.append({"method": label, "kind": "recipe", "N": n, "K": k, "M": m, "ms": None, "error": why})
     return rows
@@ -277,6 +288,24 @@ def to_markdown(result: dict[str, Any]) -> str:
             line.append(_speedup_cell(r))
         table.append(line)
     out.append(common.markdown_table(["N×K", "M", "bf16 µs", *others], table, "lrr" + "r" * len(others)))
+    if any(_host_bound(r) for r in rows):
+        out += ["", f"ʰ: the eager time is more than {HOST_BOUND_RATIO:.2f}× the same forward's CUDA-graph GPU time "
+                    "(next table): the host's Python and launches, not the GPU, set that figure."]
+    if any(r.get("graph_us") for r in rows):
+        out += ["", "### GPU time: the same forward replayed from a CUDA graph", "",
+                "The same `do_bench` (L2 flushed) on one captured call, speedup over bf16's graph time, and in "
+                "brackets the host µs one eager call takes to return (calls back to back, no synchronization).", ""]
+        table = []
+        for n, k, m in cells:
+            base = by_key.get((BF16, n, k, m)) or {}
+            line = [_shape_label(n, k), m, common.fmt(base.get("graph_us"), ".1f"), common.fmt(base.get("host_us"), ".0f")]
+            for name in others:
+                r = by_key.get((name, n, k, m)) or {}
+                line.append("" if r.get("graph_speedup") is None else
+                            f"{r['graph_speedup']:.2f}x ({r['host_us']:.0f})")
+            table.append(line)
+        out.append(common.markdown_table(["N×K", "M", "bf16 graph µs", "bf16 host µs", *others], table,
+                                         "lrrr" + "r" * len(others)))
     out += ["", "### Every row", ""]
     table = []
     for n, k, m in cells:
@@ -312,4 +341,13 @@ def _speedup_cell(row: dict[str, Any] | None) -> str:
     if row.get("ms") is None or row.get("speedup") is None:
         return "failed"
     mark = " (err!)" if row.get("within_bound") is False else ""
-    return f"{row['speedup']:.2f}x{mark}"
+    return f"{row['speedup']:.2f}x{' ʰ' if _host_bound(row) else ''}{mark}"
+
+
+# An eager time this far above the same call's CUDA-graph GPU time is the host's, not the GPU's: launch gaps
+# that a graph removes are 1-3 µs a launch, under 25 % of the shortest layers measured here.
+HOST_BOUND_RATIO = 1.25
+
+
+def _host_bound(row: dict[str, Any] | None) -> bool:
+    return bool(row and row.get("us") and row.get("graph_us") and row["us"] > HOST_BOUND_RATIO * row["graph_us"])

@@ -193,11 +193,23 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
     return results
 
 
-def gpu_time_ms(fn) -> float:
-    """Median GPU time of ``fn`` (do_bench, L2 flushed) replayed from a CUDA graph, so the sweep ranks
-    configs by what the GPU does: eager timings of a short layer measure the host when it is slower
-    than the GPU (tens of µs per launch on the hosts we measured), which would rank configs by their
-    Python. Eager when ``fn`` cannot be captured."""
+def gpu_time_ms(fn, warmup: float = 10, rep: float = 40) -> float:
+    """Median GPU time of ``fn`` (do_bench, L2 flushed; ``warmup`` / ``rep`` its budgets in ms) replayed
+    from a CUDA graph, so the sweep ranks configs by what the GPU does: eager timings of a short layer
+    measure the host when it is slower than the GPU (tens of µs per launch on the hosts we measured),
+    which would rank configs by their Python. Eager when ``fn`` cannot be captured."""
+    import triton.testing
+
+    ms = graph_time_ms(fn, warmup, rep)
+    if ms is None:
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    return ms
+
+
+def graph_time_ms(fn, warmup: float = 10, rep: float = 40) -> float | None:
+    """Median time of ``fn`` captured once in a CUDA graph and replayed under do_bench (L2 flushed), or
+    None when ``fn`` cannot be captured."""
     import triton.testing
 
     fn()
@@ -211,10 +223,13 @@ def gpu_time_ms(fn) -> float:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()
-    except Exception:  # noqa: BLE001 - not capturable: time it eagerly
+    except Exception:  # noqa: BLE001 - not capturable
         torch.cuda.synchronize()
-        return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
-    return triton.testing.do_bench(graph.replay, warmup=10, rep=40, return_mode="median")
+        return None
+    try:
+        return float(triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median"))
+    finally:
+        del graph
 
 
 def best_configs(sweep_file: str | os.PathLike) -> tuple[str, dict[str, dict[str, dict]]]:

@@ -100,6 +100,31 @@ def test_markdown_tables(result):
     assert "(err!)" in to_markdown(spoiled) and "(above bound)" in to_markdown(spoiled)
 
 
+def test_markdown_gpu_time_and_host_bound_mark(result):
+    """On a GPU each row also has its CUDA-graph time and host µs per call: a second table, and an eager
+    speedup more than HOST_BOUND_RATIO above the graph time is marked as the host's (CPU rows have neither)."""
+    assert all(r.get("graph_us") is None and r.get("host_us") is None for r in result["rows"] if r.get("ms"))
+    md = to_markdown(result)
+    assert "CUDA graph" not in md and "ʰ" not in md
+    timed = copy.deepcopy(result)
+    for r in timed["rows"]:
+        if r.get("ms") is not None:
+            r["graph_us"], r["host_us"] = r["us"], 20.0
+    cell = [r for r in timed["rows"] if (r["N"], r["K"], r["M"]) == (256, 256, 1) and r.get("ms") is not None]
+    base = next(r for r in cell if r["method"] == BF16)
+    slow = next(r for r in cell if r["method"] == "int8-dynamic")
+    slow["host_us"], slow["graph_us"] = 123.0, slow["us"] / 2  # eager twice its GPU time: the host's
+    for r in cell:
+        r["graph_speedup"] = base["graph_us"] / r["graph_us"]
+    md = to_markdown(timed)
+    assert "### GPU time: the same forward replayed from a CUDA graph" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| 256×256 | 1 |"))
+    assert f"{slow['speedup']:.2f}x ʰ" in line
+    assert md.count("ʰ") == 2  # the mark and its footnote
+    graph_line = [ln for ln in md.splitlines() if ln.startswith("| 256×256 | 1 |")][1]
+    assert f"{base['graph_us'] / slow['graph_us']:.2f}x (123)" in graph_line
+
+
 def test_wrong_kernel_is_flagged(monkeypatch):
     """A layer that returns a wrong answer fast must show up as above its error bound."""
     from quantkit.layers import Int8WeightOnlyLinear
@@ -197,5 +222,7 @@ def test_layers_on_gpu():
                      log=lambda _: None)
     for r in out["rows"]:
         assert r["error"] is None and r["within_bound"] is True, r
+        assert r["graph_us"] > 0 and r["host_us"] > 0, r  # every row captures in a CUDA graph
+        assert r["graph_speedup"] > 0 or r["method"] == BF16, r
     assert out["environment"]["capability"].startswith("sm_")
     assert out["copy_bandwidth_GBps"] > 100
