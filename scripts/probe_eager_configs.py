@@ -1,0 +1,63 @@
+"""Eager A/B of configs through the layer's path (launch plans on), as the per-layer benchmark times it.
+
+The sweep ranks configs by CUDA-graph GPU time. A config whose launches cost the host more (cuBLAS's
+``_scaled_mm`` takes 50-130 µs of host time a call, a replayed Triton / Gluon launch ~10) can lose eagerly
+what it wins on the GPU. For each config: the tuned-config memo is pointed at it, a fresh planned
+``linear`` runs it (first call, recorded call, replays), then eager ``do_bench`` (warmup 25, rep 100, as
+``bench layers``), the CUDA-graph GPU time and the host µs per call; two rounds in alternating order.
+
+    PYTHONPATH=. python scripts/probe_eager_configs.py [fp8|int4] [M,M,...] [NxK ...]
+"""
+import sys
+
+import torch
+import triton.testing
+
+from quantkit.bench.common import host_us_per_call
+from quantkit.kernels import fp8_block as F
+from quantkit.kernels import int4_weight_only as Q
+from quantkit.kernels import tuning
+from quantkit.kernels.plan import planned
+
+CONFIGS = {
+    "fp8": (F, "fp8_block", [F._cublas(), F._gluon(128, 128, 8, 4, pdl=True), F._gluon(128, 128, 8, 4)]),
+    "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
+}
+
+
+def main():
+    fam = sys.argv[1] if len(sys.argv) > 1 else "fp8"
+    ms = [int(v) for v in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1024, 2048, 4096]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[3:]] or [(4096, 4096), (14336, 4096),
+                                                                              (4096, 14336)]
+    mod, family, configs = CONFIGS[fam]
+    for n, k in shapes:
+        args = mod.make_bench_inputs(n, k)
+        w = (torch.randn(n, k, device="cuda") * 0.02).to(torch.bfloat16)
+        for m in ms:
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            bf16 = triton.testing.do_bench(lambda: torch.nn.functional.linear(x, w), warmup=25, rep=100,
+                                           return_mode="median") * 1e3
+            print(f"{fam} {n}x{k} M={m}: bf16 eager {bf16:.1f} us", flush=True)
+            for rnd in range(2):
+                for cfg in (configs if rnd == 0 else configs[::-1]):
+                    tuning._MEMO[(family, tuning.m_bucket(m), n, k)] = cfg
+                    fn = planned(mod.linear)
+                    for _ in range(3):
+                        fn(x, *args)
+                    torch.cuda.synchronize()
+                    kinds = {type(p).__name__ for p in fn.plans.values()}
+                    eager = triton.testing.do_bench(lambda: fn(x, *args), warmup=25, rep=100,
+                                                    return_mode="median") * 1e3
+                    graph = tuning.gpu_time_ms(lambda: fn(x, *args), 25, 100) * 1e3
+                    host = host_us_per_call(lambda: fn(x, *args))
+                    print(f"  round {rnd}: eager {eager:7.1f} us ({bf16 / eager:.2f}x)  graph {graph:7.1f} us "
+                          f"({bf16 / graph:.2f}x)  host {host:6.1f} us  plans {sorted(kinds)}  {cfg}", flush=True)
+            tuning._MEMO.pop((family, tuning.m_bucket(m), n, k), None)
+            del x
+        del args, w
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
