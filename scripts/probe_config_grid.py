@@ -10,7 +10,9 @@ the shipped config's (max |d|). Families (first argument):
 * ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
   decode configs, DIAG ones too);
 * ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs;
-  ``int4s``: its Triton small-M kernel; ``int4l``: its Gluon GEMM at large M.
+  ``int4s``: its Triton small-M kernel; ``int4l``: its Gluon GEMM at large M;
+* ``int4d`` / ``int8wd``: the weight-only decode kernels' DIAG programs with DG = 2, 4, 8 chunks a slot
+  (M <= 4);
 
     PYTHONPATH=. python scripts/probe_config_grid.py FAMILY [M] [NxK ...]
 """
@@ -161,12 +163,29 @@ def int4_grid():
     return out + [Q._decode(1, 1, wm=wm, diag=True) for wm in (1, 2)] + [Q._decode(2, 1, diag=True)]
 
 
+def _diag_shapes():
+    """(MT, WK, WM, SUB) of the DIAG programs tried with fewer chunks a slot (DG)."""
+    return [(1, 1, 1, 1), (1, 1, 2, 1), (1, 2, 1, 1), (1, 4, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (1, 2, 2, 1),
+            (1, 2, 1, 2)]
+
+
+def int4_dg_grid():
+    """DIAG programs with DG = 2, 4 and 8 chunks of a row a slot (M <= 8 / DG)."""
+    return [Q._decode(mt, wk, wm=wm, sub=sub, xpf=xpf, diag=True, dg=dg)
+            for dg in (2, 4, 8) for mt, wk, wm, sub in _diag_shapes() for xpf in (True, False)]
+
+
+def int8_wo_dg_grid():
+    return [W._decode_config(mt, wk, wm=wm, sub=sub, xpf=xpf, diag=True, dg=dg)
+            for dg in (2, 4, 8) for mt, wk, wm, sub in _diag_shapes() for xpf in (True, False)]
+
+
 # family name -> (kernel module, grid builder)
 GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid),
          "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid),
          "int8l": (I, int8_large_grid), "int8w": (W, int8_wo_grid), "int8wg": (W, int8_wo_gemv_grid),
          "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
-         "int4l": (Q, int4_large_grid)}
+         "int4l": (Q, int4_large_grid), "int4d": (Q, int4_dg_grid), "int8wd": (W, int8_wo_dg_grid)}
 
 
 def main():
@@ -175,7 +194,7 @@ def main():
     m = int(args.pop(0)) if args and args[0].isdigit() else 16
     shapes = [tuple(int(v) for v in a.split("x")) for a in args] or [(4096, 4096)]
     mod, grid = GRIDS[fam]
-    configs = [c for c in grid() if m == 1 or not c.get("DIAG")]  # DIAG programs are an M = 1 kernel
+    configs = [c for c in grid() if m <= 4 or not c.get("DIAG")]  # DIAG programs are a kernel of M <= 4
     torch.manual_seed(0)
     for n, k in shapes:
         # every argument of the family's linear() after x

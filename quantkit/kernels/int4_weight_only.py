@@ -628,15 +628,18 @@ def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8, persistent=F
     return cfg
 
 
-def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True, diag=False) -> dict:
+def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True, diag=False, dg=None) -> dict:
     """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16): 16·MT·WM
     weight rows per program, WK warps splitting K in DK-deep chunks (SUB of them per warp and trip),
     WM warps splitting the rows; ``xpf``: x prefetched a trip ahead like the weight (else loaded at
     use); ``diag`` (used at M <= 4): the mma's eight columns take 8 / M consecutive chunks of a row, so
-    16·MT·WM·M / 8 rows a program. Elsewhere (and where it cannot run) the default small-M config."""
+    16·MT·WM·M / 8 rows a program; ``dg`` (with ``diag``): at most that many chunks of a row a slot
+    (``wo_decode_sm90.diag_chunks``). Elsewhere (and where it cannot run) the default small-M config."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
     if diag:
         cfg["DIAG"] = True
+    if dg is not None:
+        cfg["DG"] = dg
     return cfg
 
 
@@ -732,9 +735,13 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         # (CHUNKS=16 with 8 warps gave wrong outputs on an H100 at M=1, 510 of 512, cause not found:
         # the candidates keep one chunk a warp, as the defaults do, which passed every GPU test)
         # DIAG: one row's eight consecutive chunks a slot (512 contiguous bytes a warp load), in the place
-        # of WK = 16, which no sweep picked (notes/int4_weight_only.md, round 14)
+        # of WK = 16, which no sweep picked (notes/int4_weight_only.md, round 14). Round 15's DIAG grid put
+        # two more programs first, at 4096 x 14336 (MT 2, WK 2) and 1024 x 4096 (WK 2, WM 2), both with x
+        # loaded at use; they took the places of WK = 8 with SUB 2 and the one-warp DIAG program, which no
+        # sweep had picked since round 14
         return [_gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3), _decode(1, 4), _decode(1, 8),
-                _decode(1, 8, sub=2, xpf=False), _decode(1, 1, diag=True), _decode(1, 1, wm=2, diag=True)]
+                _decode(1, 1, wm=2, diag=True), _decode(2, 2, xpf=False, diag=True),
+                _decode(1, 2, wm=2, xpf=False, diag=True)]
     if M <= 4:
         # DIAG at M = 2-4: the x tile's idle columns take 4 (M = 2) or 2 (M = 3-4) chunks of a row
         # (notes/int4_weight_only.md, round 14: 14-23 % ahead of the M = 16 entries on the 14336 shapes)

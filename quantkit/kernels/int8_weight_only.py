@@ -392,15 +392,18 @@ def _tma_wgmma_config(block_m: int, block_n: int, block_k: int, warps: int, stag
 
 
 def _decode_config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, xpf: bool = True,
-                   diag: bool = False) -> dict:
+                   diag: bool = False, dg: int | None = None) -> dict:
     """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16, 16-bit x,
     K % DK == 0): the weight loaded straight into mma.sync fragments; 16·MT·WM rows per program, WK
     warps splitting K in DK-deep chunks (SUB per warp and trip), ``xpf``: x loaded a trip ahead;
-    ``diag`` (used at M <= 4): 8 / M consecutive chunks of a row a slot, 16·MT·WM·M / 8 rows a program. Where
-    it cannot run, the default config for the problem's M runs instead."""
+    ``diag`` (used at M <= 4): 8 / M consecutive chunks of a row a slot, 16·MT·WM·M / 8 rows a program;
+    ``dg`` (with ``diag``): at most that many (``wo_decode_sm90.diag_chunks``). Where it cannot run, the
+    default config for the problem's M runs instead."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
     if diag:
         cfg["DIAG"] = True
+    if dg is not None:
+        cfg["DG"] = dg
     return cfg
 
 

@@ -500,8 +500,15 @@ def tile_weight(w: torch.Tensor, chunk_bytes: int) -> torch.Tensor:
 
 def diag_chunks(cfg: dict, M: int) -> int:
     """DG, the chunks of a row a slot for a decode config at M rows (both decode kernels): with ``DIAG``,
-    as many as the x tile's idle columns allow (8 at M = 1, 4 at M = 2, 2 at M = 3-4), else 1."""
+    as many as the x tile's idle columns allow (8 at M = 1, 4 at M = 2, 2 at M = 3-4), or the config's
+    ``DG`` (a power of two, 2-8) where that is fewer; else 1. A smaller DG reads DG·DK/2 (int4) contiguous
+    bytes of 8 / DG rows a warp load, and 1/DG as many x chunks per lane group as DG = 8 / M."""
     dg = 8 // (1 << (M - 1).bit_length()) if cfg.get("DIAG") and 1 <= M <= 4 else 1
+    if "DG" in cfg:
+        want = cfg["DG"]
+        if isinstance(want, bool) or not isinstance(want, int) or want not in (2, 4, 8) or not cfg.get("DIAG"):
+            raise ValueError(f"decode config DG must be 2, 4 or 8 and come with DIAG: {cfg!r}")
+        dg = min(dg, want)
     if dg > 1 and cfg.get("TILED"):
         raise ValueError(f"a decode config is DIAG or TILED, not both: {cfg!r}")
     return dg

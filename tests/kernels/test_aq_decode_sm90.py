@@ -339,7 +339,8 @@ def test_tiled_weights_are_bit_identical_gpu():
 @needs_sm90
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 def test_diag_gpu(m):
-    """DIAG configs (8 / 4 / 2 chunks of a row a slot at M = 1 / 2 / 3-4): int8 bit-identical to the fused
+    """DIAG configs (8 / 4 / 2 chunks of a row a slot at M = 1 / 2 / 3-4, or the config's DG = 2): int8
+    bit-identical to the fused
     kernel (exact int32 sums, the same epilogue); fp8 within the reference bound; N off the tiles, K with
     partial trips, a bias."""
     from tests.kernels.test_fp8_block import check_linear
@@ -350,7 +351,7 @@ def test_diag_gpu(m):
     ran = 0
     for n, k in ((1000, 1280), (2048, 4096), (300, 1088)):
         for cfg in (ik._decode(1, 4, dk=128, diag=True), ik._decode(2, 2, dk=128, diag=True),
-                    ik._decode(1, 4, diag=True)):
+                    ik._decode(1, 4, diag=True), dict(ik._decode(2, 2, dk=128, diag=True), DG=2)):
             x, wq, ws, b = make_int8(m, n, k, torch.bfloat16, True, "cuda")
             if not _usable(x, wq, cfg):
                 continue
@@ -358,7 +359,7 @@ def test_diag_gpu(m):
             want = ik.linear(x, wq, ws, b, config=ik._fused_default(n))
             assert torch.equal(ik.linear(x, wq, ws, b, config=cfg), want), f"int8 {cfg} M={m} N={n} K={k}"
         for cfg in (fk._decode(1, 4, dk=128, diag=True), fk._decode(2, 2, dk=128, diag=True),
-                    fk._decode(1, 4, diag=True)):
+                    fk._decode(1, 4, diag=True), dict(fk._decode(1, 4, diag=True), DG=2)):
             x, _, wq, ws, b = make_fp8(m, n, k, torch.bfloat16, True, "cuda")
             if not _usable(x, wq, cfg, 128):
                 continue

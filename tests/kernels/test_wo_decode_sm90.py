@@ -140,6 +140,15 @@ def test_diag_chunks_per_slot():
     with pytest.raises(ValueError, match="DIAG or TILED"):
         diag_chunks(dict(diag, TILED=True), 1)
     assert diag_chunks(dict(diag, TILED=True), 5) == 1
+    # DG caps the chunks a slot; the x tile's idle columns still cap it (a DG = 4 entry at M = 3 runs 2)
+    assert [diag_chunks(k4._decode(1, 1, diag=True, dg=2), m) for m in (1, 2, 4, 5)] == [2, 2, 2, 1]
+    assert [diag_chunks(k4._decode(1, 1, diag=True, dg=4), m) for m in (1, 2, 3)] == [4, 4, 2]
+    assert diag_chunks(k4._decode(1, 1, diag=True, dg=8), 1) == 8
+    for bad in (1, 3, 16, True, "2", 2.0):
+        with pytest.raises(ValueError, match="DG"):
+            diag_chunks(dict(diag, DG=bad), 1)
+    with pytest.raises(ValueError, match="DG"):  # DG without DIAG is a typo, not a plain config
+        diag_chunks(dict(k4._decode(1, 4), DG=2), 1)
 
 
 @pytest.mark.parametrize("key", ["DIAG", "TILED", "XPF"])
@@ -181,6 +190,11 @@ def _decode_compile_jobs():
     # DIAG at M = 1 (eight chunks of a row a slot): masked trips, small groups, a bias
     jobs += [(k4._decode(1, 1, diag=True), 8, 32, "fp16", True, False),
              (k8._decode_config(1, 1, diag=True), 8, None, "fp16", True, False)]
+    # DIAG with fewer chunks a slot (DG 2 / 4): the same programs over 4 / 2 rows
+    jobs += [(k4._decode(1, 1, wm=2, diag=True, dg=2), 8, 128, "bf16", False, True),
+             (k4._decode(1, 2, diag=True, dg=4), 8, 64, "fp16", True, False),
+             (k8._decode_config(1, 2, diag=True, dg=2), 8, None, "bf16", False, True),
+             (k8._decode_config(2, 1, xpf=False, diag=True, dg=4), 8, None, "fp16", True, False)]
     # the tiled weight layout (16-row tiles): only the addresses change
     jobs += [(dict(cands[0], TILED=True), 8, 128, "bf16", False, True),
              (dict(cands[0], TILED=True), 16, 128, "fp16", True, False),
@@ -205,7 +219,7 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
                   SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even,
                   W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
                   X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm, TILED=cfg.get("TILED", False),
-                  DG=8 if cfg.get("DIAG", False) and bm == 8 else 1)
+                  DG=cfg.get("DG", 8) if cfg.get("DIAG", False) and bm == 8 else 1)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "N", "KW", "stride_xm")}
@@ -411,15 +425,16 @@ def test_tiled_weights_are_bit_identical_gpu():
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 def test_diag_gpu(m):
-    """DIAG configs (8 / 4 / 2 chunks of one row a slot at M = 1 / 2 / 3-4, the matching products of the
-    mma kept) against the float64 reference: int4 with every group size, int8; N not a multiple of the
+    """DIAG configs (8 / 4 / 2 chunks of one row a slot at M = 1 / 2 / 3-4, or fewer where the config's DG
+    says so; the matching products of the mma kept) against the float64 reference: int4 with every group size, int8; N not a multiple of the
     program's rows, K with partial trips and whole ones, both 16-bit types, a bias, x rows with a
     stride. At M > 4 the same config runs the plain kernel."""
     from quantkit.kernels import int8_weight_only as k8
     from tests.kernels.test_int8_weight_only import _assert_within_fp32_bound, _layer_inputs
 
     cfgs = [k4._decode(1, 4, diag=True), k4._decode(2, 2, diag=True), k4._decode(1, 1, diag=True),
-            k4._decode(2, 4, sub=2, xpf=False, diag=True), k4._decode(1, 2, wm=2, diag=True)]
+            k4._decode(2, 4, sub=2, xpf=False, diag=True), k4._decode(1, 2, wm=2, diag=True),
+            k4._decode(1, 1, wm=2, diag=True, dg=2), k4._decode(2, 2, xpf=False, diag=True, dg=4)]
     for i, (n, k) in enumerate(((1000, 1280), (4104, 4096), (96, 2048), (1030, 14336))):
         for g in (32, 64, 128, 256):
             cfg = cfgs[(i + g // 32 + m) % len(cfgs)]
@@ -432,7 +447,8 @@ def test_diag_gpu(m):
     if m == 1:
         _check(cfgs[0], 5, 1000, 1280, 128, torch.bfloat16, what="diag config at M = 5")
     cfgs8 = [k8._decode_config(1, 4, diag=True), k8._decode_config(2, 2, diag=True),
-             k8._decode_config(1, 8, sub=2, xpf=False, diag=True)]
+             k8._decode_config(1, 8, sub=2, xpf=False, diag=True), k8._decode_config(1, 2, diag=True, dg=2),
+             k8._decode_config(1, 1, xpf=False, diag=True, dg=4)]
     for i, (n, k) in enumerate(((1000, 1088), (4104, 4096), (300, 14336))):
         for cfg in cfgs8:
             dtype = torch.float16 if i % 2 else torch.bfloat16
