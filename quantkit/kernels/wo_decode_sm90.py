@@ -63,7 +63,10 @@ weight bytes, eats the gain); end to end, int8 weight-only decode b1 4.27 -> 4.0
 holds at M = 2-4 with DG = 8 / M chunks a slot (M rounded up to a power of two): mma row i is chunk i % DG
 of weight row i // DG, column j is chunk j % DG of x row j // DG, and the products with i % DG = j % DG are
 kept (the kernel's ``DG``; 2·MT·WM·8 / DG rows a program). At M = 2-4 that ran the Llama shapes 6-35 %
-(int8) and 5-23 % (int4) faster than the M = 16 configs they used before.
+(int8) and 5-23 % (int4) faster than the M = 16 configs they used before. A config's ``DG`` (2 or 4) caps
+the chunks a slot below what M allows (:func:`diag_chunks`): shorter contiguous runs for fewer x chunks a
+lane group. Measured on an H100 at M = 1-2 it was at most 2.4 % ahead of the shipped configs (int4) or
+behind them (int8), so no tuned table uses it (notes/int4_weight_only.md, round 15).
 
 Tiled weights (``TILED`` in the config; measured, not yet the layers' layout). The same bytes stored as
 [N / 16, K / DK, 16 rows, one DK chunk of a row] (:func:`tile_weight`) make each warp's 16-byte loads
