@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup-ms", type=float, default=25.0)
     p.add_argument("--rep-ms", type=float, default=100.0)
     p.add_argument("--no-peers", action="store_true", help="skip torchao / gemlite even when importable")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="time every row this many times, alternating the order of each cell's methods, and keep "
+                        "the median (steadies the ratios of the long cells on a warming GPU)")
     p.add_argument("--no-gpu-time", action="store_true",
                    help="skip each row's CUDA-graph GPU time and host time per call (GPU only; ~1 s a row)")
     p.add_argument("--compile-peers", action="store_true", help="also time torchao under torch.compile")
@@ -95,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         config = layers.LayerBenchConfig(
             shapes=common.parse_shapes(args.shapes), ms=common.parse_int_list(args.m), device=args.device,
             warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, peers=not args.no_peers,
-            compile_peers=args.compile_peers, seed=args.seed, gpu_time=not args.no_gpu_time,
+            compile_peers=args.compile_peers, seed=args.seed, gpu_time=not args.no_gpu_time, rounds=args.rounds,
             copy_bytes=args.copy_mib * 2**20 if args.copy_mib else None)
         if args.recipes is not None:
             config.recipes = _recipes(args.recipes)

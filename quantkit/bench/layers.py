@@ -18,6 +18,7 @@ numerics), which is how the tests keep the harness from rotting.
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class LayerBenchConfig:
     copy_bytes: int | None = None
     seed: int = 0
     gpu_time: bool = True  # on a GPU, also the CUDA-graph GPU time and the host time per call of every row
+    rounds: int = 1  # eager timings per row, interleaved across the cell's methods; the row keeps their median
 
 
 @dataclass
@@ -96,6 +98,8 @@ def _recipe_method(label: str, recipe: Any, weight: torch.Tensor) -> _Method | s
 
 def run_layers(config: LayerBenchConfig, log: Callable[[str], None] = print, argv=None) -> dict[str, Any]:
     """Run the benchmark; return the result dict (``kind``, ``environment``, ``settings``, ``rows``, ...)."""
+    if not isinstance(config.rounds, int) or isinstance(config.rounds, bool) or config.rounds < 1:
+        raise ValueError(f"rounds must be a whole number >= 1, got {config.rounds!r}")
     device = common.resolve_device(config.device)
     dtype = torch.bfloat16  # the baseline and every table are bf16, as in PERFORMANCE.md
     recipes = [common.parse_recipe(r) for r in config.recipes]
@@ -144,7 +148,7 @@ def run_layers(config: LayerBenchConfig, log: Callable[[str], None] = print, arg
         "settings": {
             "shapes": [list(s) for s in config.shapes], "ms": list(config.ms),
             "recipes": [label for label, _ in recipes], "dtype": str(dtype).replace("torch.", ""),
-            "warmup_ms": config.warmup_ms, "rep_ms": config.rep_ms, "seed": config.seed,
+            "warmup_ms": config.warmup_ms, "rep_ms": config.rep_ms, "rounds": config.rounds, "seed": config.seed,
             "timer": "triton.testing.do_bench median" if device.type == "cuda" else "perf_counter median (CPU)",
             "weights": "N(0, 0.02^2)", "inputs": "N(0, 1)",
         },
@@ -161,14 +165,15 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
     ref = F.linear(x.double(), weight.double())
     act_out_bytes = (m * k + m * n) * x.element_size()
     rows: list[dict[str, Any]] = []
-    base_ms = base_graph_us = None
+    timed: list[tuple[_Method, dict[str, Any], list[float]]] = []  # (method, row, eager ms of each round)
     for method in methods:
         row: dict[str, Any] = {"method": method.name, "kind": method.kind, "N": n, "K": k, "M": m,
                                "backend": None, "ms": None, "us": None, "speedup": None, "tflops": None,
                                "bytes": method.nbytes + act_out_bytes, "weight_bytes": method.nbytes,
                                "GBps": None, "pct_copy_bw": None, "rel_err": None, "err_bound": method.bound,
                                "within_bound": None, "error": None, "graph_us": None, "graph_speedup": None,
-                               "host_us": None}
+                               "host_us": None, "rounds_us": None}
+        rows.append(row)
         try:
             with torch.inference_mode():
                 y = method.forward(x)
@@ -190,20 +195,31 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
             row["error"] = f"{exc.__class__.__name__}: {str(exc)[:300]}"
             log(f"  [fail] {method.name} M={m} N={n} K={k}: {row['error']}")
             _free(device)
-            rows.append(row)
             continue
-        if method.kind == "bf16":
-            base_ms, base_graph_us = ms, row.get("graph_us")
+        timed.append((method, row, [ms]))
+    # More rounds (--rounds): every method timed again, the order reversed each round, so that bf16 and
+    # the recipes see the same stretch of a warming GPU; each row's time is the median of its rounds.
+    for r in range(1, config.rounds):
+        for method, row, times in (timed[::-1] if r % 2 else timed):
+            with torch.inference_mode():
+                times.append(common.measure_ms(lambda: method.forward(x), device, config.warmup_ms,
+                                               config.rep_ms))
+    base = next((row for method, row, _ in timed if method.kind == "bf16"), None)
+    for method, row, times in timed:
+        ms = statistics.median(times)
         row.update(ms=ms, us=ms * 1e3, tflops=2 * m * n * k / (ms * 1e-3) / 1e12,
                    GBps=row["bytes"] / (ms * 1e-3) / 1e9)
+        if len(times) > 1:
+            row["rounds_us"] = [t * 1e3 for t in times]
         row["pct_copy_bw"] = 100 * row["GBps"] / copy_gbps if copy_gbps else None
-        row["speedup"] = base_ms / ms if base_ms else None
-        if row.get("graph_us") and base_graph_us:
-            row["graph_speedup"] = base_graph_us / row["graph_us"]
         if method.bound is not None:
             row["within_bound"] = row["rel_err"] <= method.bound
-        rows.append(row)
-        log(f"  {method.name:<28} M={m:<5} N={n:<6} K={k:<6} {ms * 1e3:9.1f} us  "
+    for method, row, _ in timed:
+        if base is not None:
+            row["speedup"] = base["ms"] / row["ms"]
+            if row.get("graph_us") and base.get("graph_us"):
+                row["graph_speedup"] = base["graph_us"] / row["graph_us"]
+        log(f"  {method.name:<28} M={m:<5} N={n:<6} K={k:<6} {row['us']:9.1f} us  "
             f"{row['speedup'] or 0:5.2f}x  {row['tflops']:7.1f} TFLOP/s  {row['GBps']:7.0f} GB/s  "
             f"err {row['rel_err']:.4f}{'' if row['within_bound'] is not False else ' ABOVE BOUND'}"
             f"  [{row['backend']}]"
@@ -273,7 +289,10 @@ def to_markdown(result: dict[str, Any]) -> str:
     out += common.environment_lines(env)
     out.append(f"- Copy bandwidth (device-to-device, bytes read + written): "
                f"{result['copy_bandwidth_GBps']:,.0f} GB/s")
-    out.append(f"- Timer: {settings['timer']} (warmup {settings['warmup_ms']} ms, rep {settings['rep_ms']} ms); "
+    rounds = settings.get("rounds", 1)
+    out.append(f"- Timer: {settings['timer']} (warmup {settings['warmup_ms']} ms, rep {settings['rep_ms']} ms"
+               + (f"; median of {rounds} rounds a row, interleaved across each cell's methods" if rounds > 1 else "")
+               + "); "
                f"baseline bf16 `F.linear` in the same run; weights {settings['weights']}, inputs "
                f"{settings['inputs']}; error vs float64 `F.linear`")
     for note in result.get("notes", []):

@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_layers_command(tmp_path, capsys):
     rc = main(["bench", "layers", "--device", "cpu", "--shapes", "128x256", "--m", "1,3", "--recipes",
                "int8-weight-only", "int4-weight-only:group_size=64", "--warmup-ms", "0", "--rep-ms", "1",
-               "--copy-mib", "1", "--out", str(tmp_path), "--no-plot"])
+               "--copy-mib", "1", "--rounds", "2", "--out", str(tmp_path), "--no-plot"])
     assert rc == 0
     data = json.loads((tmp_path / "layers.json").read_text())
+    assert data["settings"]["rounds"] == 2 and all(len(r["rounds_us"]) == 2 for r in data["rows"])
     assert [r["method"] for r in data["rows"][:3]] == ["bf16", "int8-weight-only", "int4-weight-only:group_size=64"]
     assert len(data["rows"]) == 6 and all(r["ms"] for r in data["rows"])
     md = (tmp_path / "layers.md").read_text()
@@ -61,6 +62,8 @@ def test_bad_arguments_exit_2(tmp_path, capsys):
     assert "NxK" in capsys.readouterr().err
     assert main(["bench", "layers", "--device", "cpu", "--recipes", "int3", "--out", str(tmp_path)]) == 2
     assert "unknown recipe" in capsys.readouterr().err
+    assert main(["bench", "layers", "--device", "cpu", "--rounds", "0", "--out", str(tmp_path)]) == 2
+    assert "rounds must be" in capsys.readouterr().err
 
 
 def test_script_wrapper(monkeypatch, capsys):

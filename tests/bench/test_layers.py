@@ -226,3 +226,24 @@ def test_layers_on_gpu():
         assert r["graph_speedup"] > 0 or r["method"] == BF16, r
     assert out["environment"]["capability"].startswith("sm_")
     assert out["copy_bandwidth_GBps"] > 100
+
+
+def test_rounds_time_every_row_again_and_keep_the_median():
+    """--rounds N: every row timed N times (the methods' order reversed every other round), its time the
+    median of those, its speedup from bf16's median; the Markdown says so. Fewer than one round is refused."""
+    out = run_layers(_config(shapes=[(96, 384)], ms=[5], recipes=["int8-weight-only", "int4-weight-only"],
+                             rounds=3), log=lambda _: None)
+    rows = [r for r in out["rows"] if r.get("ms") is not None]
+    assert len(rows) == 3 and out["settings"]["rounds"] == 3
+    base = next(r for r in rows if r["method"] == BF16)
+    for r in rows:
+        assert len(r["rounds_us"]) == 3 and all(t > 0 for t in r["rounds_us"])
+        assert r["us"] == pytest.approx(sorted(r["rounds_us"])[1])
+        assert r["speedup"] == pytest.approx(base["ms"] / r["ms"])
+    assert "median of 3 rounds a row" in to_markdown(out)
+    single = run_layers(_config(shapes=[(96, 384)], ms=[1], recipes=["int8-weight-only"]), log=lambda _: None)
+    assert all(r["rounds_us"] is None for r in single["rows"] if r.get("ms") is not None)
+    assert "rounds a row" not in to_markdown(single)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="rounds"):
+            run_layers(_config(rounds=bad), log=lambda _: None)
