@@ -884,6 +884,11 @@ _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
 # Large M: the Gluon GEMM (kernels/f8_gemm_sm90.py, warp-specialized and persistent), cuBLAS, and the
 # Triton tiled GEMM the Gluon one falls back to. Round 12's probe (GPU time): Gluon 4 stages within
 # -2..+8 % of cuBLAS at M = 1024-4096, 5 stages 5-11 % slower than 4; the tiled GEMM ~1.5x slower.
+# The sweep ranks by GPU time, which favours cuBLAS; its `_scaled_mm` also costs 45-130 µs of host time
+# a call against the Gluon path's 25-47 (notes/fp8_block.md, round 15). Where the two are within a few %
+# on the GPU and the layer is short, the H100 table keeps the Gluon GEMM with PDL by hand (4096² at
+# M = 1024: 40.2-40.9 µs cuBLAS, 41.2-41.3 Gluon on the GPU; eagerly 0.72x against bf16 with cuBLAS on a
+# slow host): a re-sweep should not put cuBLAS back there without an eager A/B on such a host.
 _LARGE = [_gluon(128, 128, 8, 4), _gluon(128, 128, 8, 3), _gluon(128, 128, 8, 4, group_m=16),
           _gluon(128, 128, 8, 4, pdl=True), _tiled(128, 128, 8, 4, True), _cublas()]
 
