@@ -12,7 +12,7 @@ the shipped config's (max |d|). Families (first argument):
 * ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs;
   ``int4s``: its Triton small-M kernel; ``int4l``: its Gluon GEMM at large M;
 * ``int4d`` / ``int8wd``: the weight-only decode kernels' DIAG programs with DG = 2, 4, 8 chunks a slot
-  (M <= 4);
+  (M <= 4); ``int4si``: int4's decode kernel with SCALE_IN and register caps (M = 16);
 
     PYTHONPATH=. python scripts/probe_config_grid.py FAMILY [M] [NxK ...]
 """
@@ -180,12 +180,24 @@ def int8_wo_dg_grid():
             for dg in (2, 4, 8) for mt, wk, wm, sub in _diag_shapes() for xpf in (True, False)]
 
 
+def int4_scale_in_grid():
+    """The decode kernel with the weight scaled in the conversion (SCALE_IN: no float32 accumulator a chunk,
+    255 -> ~181 registers at MT 4 and 16 x rows) and register caps (MAXNREG) that let more warps share an SM."""
+    out = [Q._decode(4, 4, xpf=False), Q._decode(2, 8), Q._decode(2, 4)]  # the shipped M = 16 configs, as they are
+    for mt, wk, xpf, cap in [(4, 4, False, None), (4, 4, False, 168), (4, 8, False, 128), (4, 8, False, 120),
+                             (2, 4, True, None), (2, 4, False, None), (2, 8, False, 128), (2, 8, True, 128),
+                             (1, 8, True, None), (2, 2, False, None), (4, 2, False, 168), (4, 4, True, None)]:
+        out.append(Q._decode(mt, wk, xpf=xpf, scale_in=True, maxnreg=cap))
+    return out
+
+
 # family name -> (kernel module, grid builder)
 GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid),
          "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid),
          "int8l": (I, int8_large_grid), "int8w": (W, int8_wo_grid), "int8wg": (W, int8_wo_gemv_grid),
          "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
-         "int4l": (Q, int4_large_grid), "int4d": (Q, int4_dg_grid), "int8wd": (W, int8_wo_dg_grid)}
+         "int4l": (Q, int4_large_grid), "int4d": (Q, int4_dg_grid), "int8wd": (W, int8_wo_dg_grid),
+         "int4si": (Q, int4_scale_in_grid)}
 
 
 def main():

@@ -628,18 +628,24 @@ def _tma_wgmma(bm=256, bn=128, bk=64, warps=8, stages=4, group_m=8, persistent=F
     return cfg
 
 
-def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True, diag=False, dg=None) -> dict:
+def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True, diag=False, dg=None, scale_in=False, maxnreg=None) -> dict:
     """The Gluon decode kernel of :mod:`quantkit.kernels.wo_decode_sm90` (sm_90, M <= 16): 16·MT·WM
     weight rows per program, WK warps splitting K in DK-deep chunks (SUB of them per warp and trip),
     WM warps splitting the rows; ``xpf``: x prefetched a trip ahead like the weight (else loaded at
     use); ``diag`` (used at M <= 4): the mma's eight columns take 8 / M consecutive chunks of a row, so
     16·MT·WM·M / 8 rows a program; ``dg`` (with ``diag``): at most that many chunks of a row a slot
-    (``wo_decode_sm90.diag_chunks``). Elsewhere (and where it cannot run) the default small-M config."""
+    (``wo_decode_sm90.diag_chunks``); ``scale_in``: the weight (q - z)·s rounded once to x.dtype, as the
+    Gluon GEMM's and dequant_mm's, at any group size (``wo_decode_sm90.scale_in``); ``maxnreg``: a
+    register cap a thread. Elsewhere (and where it cannot run) the default small-M config."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "XPF": xpf}
     if diag:
         cfg["DIAG"] = True
     if dg is not None:
         cfg["DG"] = dg
+    if scale_in:
+        cfg["SCALE_IN"] = True
+    if maxnreg is not None:
+        cfg["MAXNREG"] = maxnreg
     return cfg
 
 

@@ -481,7 +481,7 @@ def usable(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group_siz
     K = x.shape[1]
     dk, per_trip = int(cfg["DK"]), int(cfg["WK"]) * int(cfg.get("SUB", 1))
     return (_x_ok(x, dk) and K % group_size == 0 and (per_trip * dk) % group_size == 0 and packed.is_contiguous()
-            and packed.data_ptr() % 16 == 0 and (group_size >= dk or scale.dtype == x.dtype))
+            and packed.data_ptr() % 16 == 0 and (not scale_in(cfg, group_size) or scale.dtype == x.dtype))
 
 
 def usable_int8(x: torch.Tensor, weight_q: torch.Tensor, cfg: dict) -> bool:
@@ -520,9 +520,13 @@ def diag_chunks(cfg: dict, M: int) -> int:
 def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool) -> None:
     M, K = x.shape
     N = w.shape[0]
-    for key in ("XPF", "DIAG", "TILED"):  # tuned tables are JSON: 1 or "true" must not pass for True
+    for key in ("XPF", "DIAG", "TILED", "SCALE_IN"):  # tuned tables are JSON: 1 or "true" must not pass for True
         if not isinstance(cfg.get(key, False), bool):
             raise ValueError(f"decode config {key} must be true or false: {cfg!r}")
+    maxnreg = cfg.get("MAXNREG")
+    if maxnreg is not None and (isinstance(maxnreg, bool) or not isinstance(maxnreg, int)
+                                or not 64 <= maxnreg <= 255 or maxnreg % 8):
+        raise ValueError(f"decode config MAXNREG must be a multiple of 8 in 64..255: {cfg!r}")
     if cfg.get("TILED") and N % 16:
         raise ValueError(f"a TILED decode config reads 16-row tiles: N = {N} is not a multiple of 16")
     mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])
@@ -537,14 +541,23 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
         x, w, scale, zero if zero is not None else scale, bias if bias is not None else scale, out,
         M, N, K // 4 if int8 else K // 8, K // group_size, x.stride(0), chunks, ceil_div(chunks, per_trip),
         INT8=int8, GROUP=group_size, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=xpf,
-        SCALE_IN=not int8 and group_size < dk, HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0,
+        SCALE_IN=scale_in(cfg, group_size, int8), HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0,
         W_LAYOUT=word_layout(wk, wm, mt, wt, sub), X_LAYOUT=x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm,
-        TILED=bool(cfg.get("TILED", False)), DG=dg)
+        TILED=bool(cfg.get("TILED", False)), DG=dg, **({"maxnreg": maxnreg} if maxnreg else {}))
+
+
+def scale_in(cfg: dict, group_size: int, int8: bool = False) -> bool:
+    """Whether an int4 decode launch multiplies by the weight (q - z)·s rounded once to x.dtype (groups
+    smaller than a DK chunk, or the config's ``SCALE_IN``), rather than by the exact q - z with the float32
+    product of each chunk scaled afterwards. ``SCALE_IN`` has the numerics of the Gluon GEMM and of
+    ``dequant_mm`` and drops the per-chunk float32 accumulator: 255 -> 181 registers at MT 4 with 16 x rows."""
+    return not int8 and (group_size < int(cfg["DK"]) or bool(cfg.get("SCALE_IN", False)))
 
 
 def launch(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:
     """``out = x @ dequant(packed, scale, zero)^T (+ bias)`` for M <= 16 (``cfg``: MT, WK, WM, DK, SUB,
-    XPF; optional DIAG, used at M <= 4, and TILED, for weights rearranged by :func:`tile_weight`)."""
+    XPF; optional DIAG, used at M <= 4, and TILED, for weights rearranged by :func:`tile_weight`;
+    SCALE_IN (:func:`scale_in`); MAXNREG, a cap on registers a thread for ptxas)."""
     _launch(x, packed, scale, zero, bias, out, group_size, cfg, False)
 
 

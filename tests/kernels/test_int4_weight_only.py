@@ -75,7 +75,7 @@ def rounds_weight(config, x) -> bool:
     if config["kernel"] in ("dequant_mm", "tma_wgmma"):  # the Gluon kernel, or dequant_mm where it cannot run
         return True
     if config["kernel"] == "decode":
-        return config["_GROUP"] < config["DK"]
+        return config["_GROUP"] < config["DK"] or bool(config.get("SCALE_IN", False))
     return x.is_cuda and config["kernel"] == "mma" and bool(config["SCALE_IN"])
 
 

@@ -151,7 +151,23 @@ def test_diag_chunks_per_slot():
         diag_chunks(dict(k4._decode(1, 4), DG=2), 1)
 
 
-@pytest.mark.parametrize("key", ["DIAG", "TILED", "XPF"])
+def test_scale_in_and_register_cap_keys():
+    """SCALE_IN turns on the rounded-weight numerics at any group size (groups under DK always have them; int8
+    never does). MAXNREG must be a multiple of 8 in 64..255, refused by name before any launch."""
+    from quantkit.kernels import wo_decode_sm90 as d
+
+    plain, si = k4._decode(4, 4, xpf=False), k4._decode(4, 4, xpf=False, scale_in=True)
+    assert [d.scale_in(plain, g) for g in (32, 64, 128, 256)] == [True, True, False, False]
+    assert [d.scale_in(si, g) for g in (32, 64, 128, 256)] == [True] * 4
+    assert not d.scale_in(si, 1, int8=True)
+    x, packed, scale, zero, _, _ = make_problem(16, 64, 512, 128, torch.bfloat16, "cpu")
+    out = torch.empty(16, 64, dtype=torch.bfloat16)
+    for bad in (100, 7, 256, 48.0, True, "168"):
+        with pytest.raises(ValueError, match="MAXNREG"):
+            d.launch(x, packed, scale, zero, None, out, 128, dict(plain, MAXNREG=bad))
+
+
+@pytest.mark.parametrize("key", ["DIAG", "TILED", "XPF", "SCALE_IN"])
 def test_decode_flags_must_be_bools(key):
     """A tuned table is JSON: a flag read back as 1 or "true" is refused before any launch, naming it."""
     from quantkit.kernels import wo_decode_sm90 as d
@@ -195,6 +211,9 @@ def _decode_compile_jobs():
              (k4._decode(1, 2, diag=True, dg=4), 8, 64, "fp16", True, False),
              (k8._decode_config(1, 2, diag=True, dg=2), 8, None, "bf16", False, True),
              (k8._decode_config(2, 1, xpf=False, diag=True, dg=4), 8, None, "fp16", True, False)]
+    # the weight scaled in the conversion at group >= DK (SCALE_IN), with and without a register cap
+    jobs += [(k4._decode(4, 4, xpf=False, scale_in=True), 16, 128, "bf16", True, True),
+             (k4._decode(2, 4, scale_in=True), 16, 256, "fp16", False, False)]
     # the tiled weight layout (16-row tiles): only the addresses change
     jobs += [(dict(cands[0], TILED=True), 8, 128, "bf16", False, True),
              (dict(cands[0], TILED=True), 16, 128, "fp16", True, False),
@@ -216,15 +235,17 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
                M="i32", N="i32", KW="i32", G="i32", stride_xm="i32", NUM_CHUNKS="i32", TRIPS="i32")
     mt, wk, wm, dk, sub = cfg["MT"], cfg["WK"], cfg["WM"], cfg["DK"], cfg.get("SUB", 1)
     consts = dict(INT8=int8, GROUP=group or 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=cfg.get("XPF", True),
-                  SCALE_IN=not int8 and group < dk, HAS_BIAS=bias, EVEN=even,
+                  SCALE_IN=d.scale_in(cfg, group or 1, int8), HAS_BIAS=bias, EVEN=even,
                   W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
                   X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm, TILED=cfg.get("TILED", False),
                   DG=cfg.get("DG", 8) if cfg.get("DIAG", False) and bm == 8 else 1)
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "N", "KW", "stride_xm")}
-    return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=wk * wm))
+    options = dict(num_warps=wk * wm)
+    if cfg.get("MAXNREG"):
+        options["maxnreg"] = cfg["MAXNREG"]
+    return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def _decode_check_main() -> None:
@@ -419,6 +440,25 @@ def test_tiled_weights_are_bit_identical_gpu():
     out = torch.empty(1, 1000, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="multiple of 16"):
         d.launch(x, packed, scale, zero, None, out, 128, dict(k4._decode(1, 4), TILED=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_scale_in_and_register_caps_gpu():
+    """SCALE_IN configs (the weight (q - z)·s rounded to x.dtype, at groups >= DK too) and register caps
+    (MAXNREG, spilling a little) against the float64 reference of that weight: odd N, partial trips, both
+    16-bit types, a bias, M = 1 and 16; the same config without SCALE_IN at group 128 stays on the exact
+    path."""
+    cfgs = [k4._decode(4, 4, xpf=False, scale_in=True), k4._decode(2, 4, scale_in=True, maxnreg=128),
+            k4._decode(4, 8, xpf=False, scale_in=True, maxnreg=128), k4._decode(4, 4, xpf=False, maxnreg=168)]
+    for i, (n, k) in enumerate(((1000, 1280), (4104, 4096), (96, 2048))):
+        for g in (128, 256):
+            for j, cfg in enumerate(cfgs):
+                if k % g or (cfg["WK"] * cfg["DK"]) % g:
+                    continue
+                dtype = torch.float16 if (i + j) % 2 else torch.bfloat16
+                for m in (1, 16):
+                    _check(cfg, m, n, k, g, dtype, bias=(i + j) % 3 == 0, what="scale_in / maxnreg")
 
 
 @pytest.mark.gpu
