@@ -188,6 +188,10 @@ def int4_scale_in_grid():
                              (2, 4, True, None), (2, 4, False, None), (2, 8, False, 128), (2, 8, True, 128),
                              (1, 8, True, None), (2, 2, False, None), (4, 2, False, 168), (4, 4, True, None)]:
         out.append(Q._decode(mt, wk, xpf=xpf, scale_in=True, maxnreg=cap))
+    # two chunk slots a warp and trip (SUB 2): half the trips, twice the bytes in flight a warp, in the
+    # registers SCALE_IN frees
+    for mt, wk, xpf in [(2, 4, False), (2, 4, True), (4, 4, False), (4, 2, False), (2, 8, False), (1, 8, False)]:
+        out.append(Q._decode(mt, wk, sub=2, xpf=xpf, scale_in=True))
     return out
 
 
