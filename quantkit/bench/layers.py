@@ -204,7 +204,8 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
             with torch.inference_mode():
                 times.append(common.measure_ms(lambda: method.forward(x), device, config.warmup_ms,
                                                config.rep_ms))
-    base = next((row for method, row, _ in timed if method.kind == "bf16"), None)
+    base_ms, base_graph_us = next(((statistics.median(times), row["graph_us"]) for method, row, times in timed
+                                   if method.kind == "bf16"), (None, None))
     for method, row, times in timed:
         ms = statistics.median(times)
         row.update(ms=ms, us=ms * 1e3, tflops=2 * m * n * k / (ms * 1e-3) / 1e12,
@@ -214,11 +215,10 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
         row["pct_copy_bw"] = 100 * row["GBps"] / copy_gbps if copy_gbps else None
         if method.bound is not None:
             row["within_bound"] = row["rel_err"] <= method.bound
-    for method, row, _ in timed:
-        if base is not None:
-            row["speedup"] = base["ms"] / row["ms"]
-            if row.get("graph_us") and base.get("graph_us"):
-                row["graph_speedup"] = base["graph_us"] / row["graph_us"]
+        if base_ms:
+            row["speedup"] = base_ms / ms
+        if row["graph_us"] and base_graph_us:
+            row["graph_speedup"] = base_graph_us / row["graph_us"]
         log(f"  {method.name:<28} M={m:<5} N={n:<6} K={k:<6} {row['us']:9.1f} us  "
             f"{row['speedup'] or 0:5.2f}x  {row['tflops']:7.1f} TFLOP/s  {row['GBps']:7.0f} GB/s  "
             f"err {row['rel_err']:.4f}{'' if row['within_bound'] is not False else ' ABOVE BOUND'}"

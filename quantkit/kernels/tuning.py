@@ -201,8 +201,7 @@ def gpu_time_ms(fn, warmup: float = 10, rep: float = 40) -> float:
     import triton.testing
 
     ms = graph_time_ms(fn, warmup, rep)
-    if ms is None:
-        torch.cuda.synchronize()
+    if ms is None:  # (graph_time_ms synchronized after the failed capture)
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
     return ms
 
@@ -226,10 +225,7 @@ def graph_time_ms(fn, warmup: float = 10, rep: float = 40) -> float | None:
     except Exception:  # noqa: BLE001 - not capturable
         torch.cuda.synchronize()
         return None
-    try:
-        return float(triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median"))
-    finally:
-        del graph
+    return float(triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median"))
 
 
 def best_configs(sweep_file: str | os.PathLike) -> tuple[str, dict[str, dict[str, dict]]]:
