@@ -12,7 +12,8 @@ the shipped config's (max |d|). Families (first argument):
 * ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs;
   ``int4s``: its Triton small-M kernel; ``int4l``: its Gluon GEMM at large M;
 * ``int4d`` / ``int8wd``: the weight-only decode kernels' DIAG programs with DG = 2, 4, 8 chunks a slot
-  (M <= 4); ``int4si``: int4's decode kernel with SCALE_IN and register caps (M = 16);
+  (M <= 4); ``int4si``: int4's decode kernel with SCALE_IN and register caps (M = 16); ``int4dk64``: int4's
+  decode kernel on 64-deep chunks;
 
     PYTHONPATH=. python scripts/probe_config_grid.py FAMILY [M] [NxK ...]
 """
@@ -163,6 +164,18 @@ def int4_grid():
     return out + [Q._decode(1, 1, wm=wm, diag=True) for wm in (1, 2)] + [Q._decode(2, 1, diag=True)]
 
 
+def int4_dk64_grid():
+    """The decode kernel on 64-deep chunks (every int4 grid before round 16 took DK 128): half the registers
+    a trip (MT 4 / WK 4 at M = 16: 174 against 255), so more warps an SM; MAXNREG 168 lets three such
+    programs share one."""
+    out = []
+    for mt, wk, wm, xpf in itertools.product((1, 2, 4), (2, 4, 8), (1, 2), (True, False)):
+        if wk * wm <= 16 and mt * wm <= 4:
+            out.append(Q._decode(mt, wk, wm=wm, dk=64, xpf=xpf))
+    return out + [Q._decode(4, 4, dk=64, xpf=x, maxnreg=168) for x in (False, True)] + \
+        [Q._decode(4, 4, xpf=False), Q._decode(2, 8)]  # and two DK 128 configs shipped at M = 16
+
+
 def _diag_shapes():
     """(MT, WK, WM, SUB) of the DIAG programs tried with fewer chunks a slot (DG)."""
     return [(1, 1, 1, 1), (1, 1, 2, 1), (1, 2, 1, 1), (1, 4, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (1, 2, 2, 1),
@@ -201,7 +214,7 @@ GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_
          "int8l": (I, int8_large_grid), "int8w": (W, int8_wo_grid), "int8wg": (W, int8_wo_gemv_grid),
          "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
          "int4l": (Q, int4_large_grid), "int4d": (Q, int4_dg_grid), "int8wd": (W, int8_wo_dg_grid),
-         "int4si": (Q, int4_scale_in_grid)}
+         "int4si": (Q, int4_scale_in_grid), "int4dk64": (Q, int4_dk64_grid)}
 
 
 def main():
