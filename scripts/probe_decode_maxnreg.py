@@ -1,9 +1,10 @@
 """The weight-only decode kernel's shipped configs with a register budget (``MAXNREG``) above what ptxas
 picks by itself, GPU time as the sweep measures it (CUDA-graph replay, L2 flushed), outputs checked
 bit-identical to the shipped config's. Why: left to itself, ptxas schedules each trip's weight loads a
-few dozen instructions before their first use, to keep the register count (and so the warps an SM) at
-its own target, which undoes the kernel's one-trip-ahead prefetch; a larger budget lets it issue them
-earlier (the distances are in notes/int4_weight_only.md, round 16).
+few dozen instructions before their first use (apparently to hold its own register target, and so the
+warps an SM), which undoes the kernel's one-trip-ahead prefetch; a larger budget lets it issue them
+earlier (the distances are in notes/int4_weight_only.md, round 16). Measured there: slower at M = 1,
+3-4 % faster in two cells.
 
     PYTHONPATH=. python scripts/probe_decode_maxnreg.py
 """
@@ -17,7 +18,7 @@ from quantkit.kernels import tuning
 
 CELLS = [  # (module, M, N, K, budgets)
     (Q, 1, 14336, 4096, (80, 96, 112, 128, 168)), (Q, 1, 4096, 14336, (112, 128, 168)),
-    (Q, 1, 1024, 4096, (96, 128)), (Q, 16, 4096, 14336, (168, 208)), (Q, 16, 14336, 4096, (248, )),
+    (Q, 1, 1024, 4096, (96, 128)), (Q, 16, 4096, 14336, (168, 208)),
     (W, 1, 14336, 4096, (96, 128)), (W, 1, 4096, 4096, (96, 128)), (W, 1, 4096, 14336, (96, 128)),
     (W, 16, 14336, 4096, (96, 128, 168)),
 ]
