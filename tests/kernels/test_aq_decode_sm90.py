@@ -340,9 +340,8 @@ def test_tiled_weights_are_bit_identical_gpu():
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 def test_diag_gpu(m):
     """DIAG configs (8 / 4 / 2 chunks of a row a slot at M = 1 / 2 / 3-4, or the config's DG = 2): int8
-    bit-identical to the fused
-    kernel (exact int32 sums, the same epilogue); fp8 within the reference bound; N off the tiles, K with
-    partial trips, a bias."""
+    bit-identical to the fused kernel (exact int32 sums, the same epilogue); fp8 within the reference
+    bound; N off the tiles, K with partial trips, a bias."""
     from tests.kernels.test_fp8_block import check_linear
     from tests.kernels.test_fp8_block import make_problem as make_fp8
     from tests.kernels.test_int8_dynamic import make_problem as make_int8
