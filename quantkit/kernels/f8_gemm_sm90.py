@@ -21,7 +21,8 @@ an accumulator while another wgmma is in flight (warning C7514). So the work is 
   the other's wgmmas keep the tensor cores busy.
 
 The grid is persistent (one program per SM, tiles in grouped order), so the load warp fills the ring
-with the next tile's blocks while the consumers store the last one. The scales go through shared
+with the next tile's blocks while the consumers store the last one (``EPI="tma"``: each consumer hands
+its tile to a TMA store from its own buffer and goes on to the next tile's blocks at once). The scales go through shared
 memory because loads into the consumers' registers a block or two ahead still held the next block's
 wgmmas back by their latency (ptxas copies a loop-carried load register in the iteration that loads
 it): 15-30 % slower (notes/fp8_block.md, round 12).
@@ -43,7 +44,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
-from quantkit.kernels.i8_gemm_sm90 import _store_rows
+from quantkit.kernels.i8_gemm_sm90 import _C_DTYPES, _store_rows, _store_tma
 from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _num_sms, _smem_layout
 from quantkit.reference.common import ceil_div
 
@@ -88,12 +89,13 @@ def _load_partition(a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, emp
 
 
 @gluon.jit
-def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, M, N, stride_cm, num_k,
-                   num_tiles, ROW0: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_buf, M, N, stride_cm,
+                   num_k, num_tiles, ROW0: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, EPI_TMA: gl.constexpr):
     """One warpgroup: rows ROW0 .. ROW0 + 63 of each of the program's tiles. Per K block: the block's
     wgmmas into a fresh product, wait for them, release the slot, fold the product into the float32
-    sum with its scales; then the tile's epilogue while the load warp fills the ring for the next."""
+    sum with its scales; then the tile's epilogue while the load warp fills the ring for the next
+    (``EPI_TMA``: stored by TMA from ``c_buf`` while the next tile's K loop runs)."""
     ROWS: gl.constexpr = 64
     STAGES: gl.constexpr = a_ring.shape[0]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -118,17 +120,23 @@ def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_p
             acc = gl.fma(p, sc[:, None], acc)
             it += 1
 
-        # Bias on the float32 sum, one rounding, 16-byte stores.
+        # Bias on the float32 sum, one rounding, 16-byte stores or a TMA store.
         if HAS_BIAS:
             offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
             acc = acc + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
-        _store_rows(acc, c_ptr, M, N, stride_cm, off_m + ROW0, off_n, 4)
+        if EPI_TMA:
+            _store_tma(acc, c_desc, c_buf, off_m + ROW0, off_n)
+        else:
+            _store_rows(acc, c_ptr, M, N, stride_cm, off_m + ROW0, off_n, 4)
+    if EPI_TMA:
+        tma.store_wait(0)  # c_buf stays this program's until the copy engine has read it
 
 
 @gluon.jit
 def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stride_bsn, stride_bsk, bias_ptr, c_ptr,
-                    M, N, K, stride_cm, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                    WAIT_PRIOR: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                    c_desc, M, N, K, stride_cm, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                    WAIT_PRIOR: gl.constexpr, CONSUMER_REGS: gl.constexpr, EPI_TMA: gl.constexpr,
+                    num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -149,11 +157,18 @@ def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stri
     # The consumers run unsynchronized, so one's scaling FMAs can overlap the other's wgmmas.
     ROW_LO: gl.constexpr = 0
     ROW_HI: gl.constexpr = 64
+    if EPI_TMA:  # each consumer warpgroup's 64 × BLOCK_N tile in c's dtype, for its TMA stores
+        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2, 64, BLOCK_N], c_desc.layout)
+        c_lo = c_bufs.index(0)
+        c_hi = c_bufs.index(1)
+    else:
+        c_lo = a_ring  # (unused)
+        c_hi = a_ring
     gl.warp_specialize([
-        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, M, N, stride_cm, num_k,
-                          num_tiles, ROW_LO, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N)),
-        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, M, N, stride_cm, num_k,
-                          num_tiles, ROW_HI, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N)),
+        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_lo, M, N,
+                          stride_cm, num_k, num_tiles, ROW_LO, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N, EPI_TMA)),
+        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_hi, M, N,
+                          stride_cm, num_k, num_tiles, ROW_HI, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N, EPI_TMA)),
         (_load_partition, (a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, empty, as_ptr, stride_asm,
                            stride_ask, bs_ptr, stride_bsn, stride_bsk, M, N, num_k, num_tiles, GROUP_M, STAGES,
                            WAIT_PRIOR)),
@@ -185,16 +200,24 @@ def launch(x_q, x_scale, stride_xsm, stride_xsk, weight_q, weight_scale, bias, o
     fp8 = gl.float8e4nv
     a_desc = TensorDescriptor(x_q, [M, K], [x_q.stride(0), 1], [bm, block_size], _smem_layout(bm, block_size, fp8))
     b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, block_size], _smem_layout(bn, block_size, fp8))
-    # The ring's depth, within what one CTA may use beside the epilogue's layout-conversion scratch (each
-    # consumer's 64 × BLOCK_N tile in the output dtype) and the barriers.
+    elt = out.element_size()
+    epi_tma = (cfg.get("EPI") == "tma" and out.stride(1) == 1 and (out.stride(0) * elt) % 16 == 0
+               and out.data_ptr() % 16 == 0)
+    if epi_tma:
+        c_desc = TensorDescriptor(out, [M, N], [out.stride(0), 1], [64, bn], _smem_layout(64, bn, _C_DTYPES[out.dtype]))
+    else:
+        c_desc = a_desc  # (not read)
+    # The ring's depth, within what one CTA may use beside the output tile (the epilogue's
+    # layout-conversion scratch, or the TMA stores' buffers: each consumer's 64 × BLOCK_N tile in the
+    # output dtype) and the barriers.
     stage_bytes = (bm + bn) * block_size + 2 * 4 * bm  # the operand tiles and the two scale rows
-    stages = max(2, min(int(cfg["num_stages"]), (_SMEM_BYTES - 2 * 64 * bn * out.element_size() - 1024) // stage_bytes))
+    stages = max(2, min(int(cfg["num_stages"]), (_SMEM_BYTES - 2 * 64 * bn * elt - 1024) // stage_bytes))
     opts = dict(num_warps=4)
     if pdl:
         opts["launch_pdl"] = True
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
     _f8_gemm_fast[(min(tiles, _num_sms(x_q.device.index or 0)),)](
         a_desc, b_desc, x_scale, stride_xsm, stride_xsk, weight_scale, weight_scale.stride(0), weight_scale.stride(1),
-        bias if bias is not None else weight_scale, out, M, N, K, out.stride(0), HAS_BIAS=bias is not None,
-        GROUP_M=int(cfg["GROUP_M"]), STAGES=stages, WAIT_PRIOR=pdl, CONSUMER_REGS=CONSUMER_REGS,
+        bias if bias is not None else weight_scale, out, c_desc, M, N, K, out.stride(0), HAS_BIAS=bias is not None,
+        GROUP_M=int(cfg["GROUP_M"]), STAGES=stages, WAIT_PRIOR=pdl, CONSUMER_REGS=CONSUMER_REGS, EPI_TMA=epi_tma,
         **opts)

@@ -46,9 +46,13 @@ def _compile(cfg, out_dtype="bf16", bias=False):
                b_desc=f"tensordesc<fp8e4nv[{bn}, {bk}],{g._smem_layout(bn, bk, fp8)}>", as_ptr="*fp32",
                stride_asm="i32", stride_ask="i32", bs_ptr="*fp32", stride_bsn="i32", stride_bsk="i32",
                bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32", stride_cm="i32")
+    epi_tma = cfg.get("EPI") == "tma"
+    c_gl = {"bf16": g.gl.bfloat16, "fp16": g.gl.float16, "fp32": g.gl.float32}[out_dtype]
+    sig["c_desc"] = f"tensordesc<{out_dtype}[64, {bn}],{g._smem_layout(64, bn, c_gl)}>" if epi_tma else sig["a_desc"]
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=bool(cfg.get("PDL")),
-                  CONSUMER_REGS=g.CONSUMER_REGS, num_warps=4)
+                  CONSUMER_REGS=g.CONSUMER_REGS, EPI_TMA=epi_tma, num_warps=4)
     sig.update({k: "constexpr" for k in consts})
+    sig = {name: sig[name] for name in g._f8_gemm_kernel.arg_names if name in sig}  # (in the kernel's argument order)
     return triton.compile(GluonASTSource(g._f8_gemm_kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4))
 
@@ -85,6 +89,11 @@ def test_gluon_config_checks():
         fk._check_config(fk._gluon(128, 128, 4, 4), 128)
     with pytest.raises(ValueError, match="fuse_act_quant"):
         fk._check_config(dict(fk._gluon(128, 128, 8, 4), fuse_act_quant=True), 128)
+    fk._check_config(fk._gluon(128, 128, 8, 4, epi="tma"), 128)
+    with pytest.raises(ValueError, match="EPI"):
+        fk._check_config(fk._gluon(128, 128, 8, 4, epi="smem"), 128)
+    with pytest.raises(ValueError, match="EPI"):
+        fk._check_config(dict(fk._tiled(128, 128, 8, 4, True), EPI="tma"), 128)
     assert fk._fit_block(fk._gluon(128, 128, 8, 4), 64)["BLOCK_N"] == 64
 
 
@@ -109,13 +118,16 @@ TILED = fk._tiled(128, 128, 8, 4, True)
 @needs_sm90
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("mnk", [(1000, 4000, 4224), (333, 4096, 4000), (77, 384, 256), (1100, 2000, 512),
-                                 (4096, 1024, 128)])
+                                 (4096, 1024, 128), (4096, 4096, 1024), (300, 1001, 512)])
 def test_bit_identical_to_the_tiled_gemm_gpu(out_dtype, mnk):
+    """(TMA stores: 4096 × 4096 gives each program two or more tiles; N = 1001 has rows that are not
+    16-byte aligned, so those configs store by rows.)"""
     m, n, k = mnk
     torch.manual_seed(m + n + k)
     x, _, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
     x_q, x_s = fk.quantize_act(x)
-    for cfg in (fk._gluon(128, 128, 8, 4), fk._gluon(128, 128, 8, 3, group_m=16), fk._gluon(128, 64, 8, 6, pdl=True)):
+    for cfg in (fk._gluon(128, 128, 8, 4), fk._gluon(128, 128, 8, 3, group_m=16), fk._gluon(128, 64, 8, 6, pdl=True),
+                fk._gluon(128, 128, 8, 4, epi="tma"), fk._gluon(128, 64, 8, 5, pdl=True, epi="tma")):
         for b in (None, bias):
             y = fk.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=cfg)
             assert torch.equal(y, fk.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=TILED)), \
@@ -142,9 +154,10 @@ def test_problems_it_cannot_take_fall_back_gpu():
 @pytest.mark.gpu
 @needs_sm90
 def test_pdl_and_cuda_graph_gpu():
-    gluon = fk._gluon(128, 128, 8, 4, pdl=True)
     x, _, weight_q, weight_scale, bias = make_problem(1024, 2048, 4096, torch.bfloat16, True, "cuda")
-    assert torch.equal(fk.linear(x, weight_q, weight_scale, bias, config=gluon),
-                       fk.linear(x, weight_q, weight_scale, bias, config=TILED))
-    assert_graph_replays_like(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
-                              lambda t: fk.linear(t, weight_q, weight_scale, bias, config=TILED))
+    for epi in ("rows", "tma"):
+        gluon = fk._gluon(128, 128, 8, 4, pdl=True, epi=epi)
+        assert torch.equal(fk.linear(x, weight_q, weight_scale, bias, config=gluon),
+                           fk.linear(x, weight_q, weight_scale, bias, config=TILED))
+        assert_graph_replays_like(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
+                                  lambda t: fk.linear(t, weight_q, weight_scale, bias, config=TILED))

@@ -47,12 +47,19 @@ def _compile(cfg, out_dtype="bf16", bias=False):
                b_desc=f"tensordesc<i8[{bn}, {bk}],{g._smem_layout(bn, bk, int8)}>", a_scale_ptr="*i8", a_scale_off="i32",
                b_scale_ptr="*fp32", bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32",
                stride_cm="i32")
+    if ws:
+        epi_tma = cfg.get("EPI") == "tma"
+        c_gl = {"bf16": g.gl.bfloat16, "fp16": g.gl.float16, "fp32": g.gl.float32}[out_dtype]
+        sig["c_desc"] = (f"tensordesc<{out_dtype}[{bm // 2}, {bn}],{g._smem_layout(bm // 2, bn, c_gl)}>" if epi_tma
+                         else sig["a_desc"])
     warps = 4 if ws else cfg["num_warps"]  # (the warp-specialized kernel: one consumer warpgroup + workers)
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=cfg["pdl"],
                   num_warps=warps)
     if ws:
         consts["CONSUMER_REGS"] = g._WS_CONSUMER_REGS
+        consts["EPI_TMA"] = epi_tma
     sig.update({k: "constexpr" for k in consts})
+    sig = {name: sig[name] for name in fn.arg_names if name in sig}  # (in the kernel's argument order)
     return triton.compile(GluonASTSource(fn, sig, consts), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=warps, enable_fp_fusion=False))
 
@@ -80,12 +87,27 @@ def test_default_is_the_gluon_gemm_at_large_m():
     assert ik.default_config(1024, 4096, 4096)["mode"] == "gluon"
 
 
+def test_tma_epilogue_config_checks():
+    ik._check_config(ik._two_pass(128, 256, 128, 8, 3, mode="gluon_ws", epi="tma"))
+    with pytest.raises(ValueError, match="EPI"):
+        ik._check_config(ik._two_pass(128, 256, 128, 8, 3, mode="gluon", epi="tma"))
+    with pytest.raises(ValueError, match="EPI"):
+        ik._check_config(ik._two_pass(128, 256, 128, 8, 3, mode="gluon_ws", epi="smem"))
+
+
 # --------------------------------------------------------------------------- GPU
 def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
 
 needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the Gluon GEMM needs an sm_90 GPU")
+
+
+# The warp-specialized kernel: row stores, and TMA stores (two or more tiles a program at the larger shapes,
+# so the store of one tile overlaps the next one's K loop and the buffer is reused)
+_WS_CONFIGS = [ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws"), ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws", epi="tma"),
+               ik._two_pass(128, 256, 128, 8, 3, mode="gluon_ws", epi="tma"),
+               ik._two_pass(256, 128, 128, 8, 3, mode="gluon_ws", epi="tma")]
 
 
 def _both(bm, bn, pdl=False):
@@ -96,17 +118,21 @@ def _both(bm, bn, pdl=False):
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("mnk", [(1000, 1000, 4096), (257, 4000, 784), (4096, 4096, 4096), (300, 520, 14336)])
+@pytest.mark.parametrize("mnk", [(1000, 1000, 4096), (257, 4000, 784), (4096, 4096, 4096), (300, 520, 14336),
+                                 (300, 1001, 512)])
 def test_bit_identical_to_the_triton_gemm_gpu(out_dtype, mnk):
+    """(N = 1001: rows not 16-byte aligned, so the TMA-store configs store by rows.)"""
     m, n, k = mnk
     torch.manual_seed(m + n + k)
     x, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
     x_q, x_s = ik.quantize_act(x)
-    ws = ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws")
-    for b in (None, bias):  # the warp-specialized persistent kernel
-        y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=ws)
-        assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=_both(128, 128)[1])), \
-            f"gemm {mnk} gluon_ws {out_dtype} bias={b is not None}"
+    for ws in _WS_CONFIGS:  # the warp-specialized persistent kernel
+        for b in (None, bias):
+            y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=ws)
+            assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=_both(128, 128)[1])), \
+                f"gemm {mnk} {ws} {out_dtype} bias={b is not None}"
+        y = ik.linear(x, weight_q, weight_scale, bias, config=ws)
+        assert torch.equal(y, ik.linear(x, weight_q, weight_scale, bias, config=_both(128, 128)[1])), f"linear {mnk} {ws}"
     for bm, bn in ((128, 256), (256, 128)):
         gluon, tma = _both(bm, bn)
         for b in (None, bias):
@@ -137,6 +163,7 @@ def test_pdl_and_cuda_graph_gpu():
                        ik.linear(x, weight_q, weight_scale, bias, config=tma))
     assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
                               lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))
-    ws = ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws", pdl=True)
-    assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=ws), x.clone(),
-                              lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))
+    for epi in ("rows", "tma"):
+        ws = ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws", pdl=True, epi=epi)
+        assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=ws), x.clone(),
+                                  lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))
