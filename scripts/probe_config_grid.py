@@ -6,7 +6,8 @@ the shipped config's (max |d|). Families (first argument):
   kernel after one quantization launch); ``fp8m``: its kernels at M = 17-256; ``fp8g``: its Gluon GEMM
   with narrow tiles;
 * ``int8``: int8-dynamic at M <= 16 (``fused``, ``stream``, decode); ``int8g``: its M = 1 GEMVs;
-  ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M;
+  ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8lt``: its warp-specialized GEMM with TMA
+  stores at large M;
 * ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
   decode configs, DIAG ones too);
 * ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs;
@@ -70,6 +71,17 @@ def int8_large_grid():
         for group_m in (8, 16):
             out.append(I._two_pass(bm, bn, bk, 8, stages, mode="gluon_ws", group_m=group_m))
         out.append(I._two_pass(bm, bn, bk, 8, stages, mode="gluon_ws", pdl=True))
+    return out
+
+
+def int8_large_tma_grid():
+    """The warp-specialized GEMM with its output by TMA stores (EPI "tma")."""
+    out = []
+    for bm, bn, bk, stages in [(128, 128, 128, 4), (128, 128, 128, 5), (128, 128, 128, 6), (128, 256, 128, 3),
+                               (256, 128, 128, 3), (128, 256, 64, 6), (256, 128, 64, 6), (128, 128, 64, 8),
+                               (128, 128, 64, 10)]:
+        for group_m in (8, 16):
+            out.append(I._two_pass(bm, bn, bk, 8, stages, mode="gluon_ws", group_m=group_m, epi="tma"))
     return out
 
 
@@ -211,7 +223,8 @@ def int4_scale_in_grid():
 # family name -> (kernel module, grid builder)
 GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid),
          "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid),
-         "int8l": (I, int8_large_grid), "int8w": (W, int8_wo_grid), "int8wg": (W, int8_wo_gemv_grid),
+         "int8l": (I, int8_large_grid), "int8lt": (I, int8_large_tma_grid), "int8w": (W, int8_wo_grid),
+         "int8wg": (W, int8_wo_gemv_grid),
          "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
          "int4l": (Q, int4_large_grid), "int4d": (Q, int4_dg_grid), "int8wd": (W, int8_wo_dg_grid),
          "int4si": (Q, int4_scale_in_grid), "int4dk64": (Q, int4_dk64_grid)}
