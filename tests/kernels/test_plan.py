@@ -271,7 +271,8 @@ def test_planned_layers_match_unplanned_kernels_gpu(recipe):
         lin = torch.nn.Linear(k, n, bias=n == 1000, device="cuda", dtype=torch.bfloat16)
         torch.nn.init.normal_(lin.weight, std=0.02)
         layer = quantkit.quantize_linear(lin, recipe)
-        cells = [(m, torch.bfloat16) for m in (1, 16, 128, 1024)] + [(5, torch.float16), (300, torch.float16)]
+        # (M = 4096 at 4096²: int8-dynamic's warp-specialized GEMM, whose TMA-store descriptor is on the output)
+        cells = [(m, torch.bfloat16) for m in (1, 16, 128, 1024, 4096)] + [(5, torch.float16), (300, torch.float16)]
         for m, dtype in cells:
             xs = torch.randn(4, m + 1, k, device="cuda", dtype=dtype)
             outs = []
