@@ -44,8 +44,10 @@ def main():
               f"({med['bf16'] / med['shipped']:.3f}x)  {shipped}", flush=True)
         for label, _ in runs[2:]:
             t = med[label]
-            print(f"    {t:7.1f} us ({med['bf16'] / t:.3f}x bf16, {100 * (t / med['shipped'] - 1):+5.1f} % vs shipped)  "
-                  f"max|d| {diffs[label]:.3g}  rounds {' '.join(f'{v:.1f}' for v in times[label])}  {label}", flush=True)
+            rounds_text = " ".join(f"{v:.1f}" for v in times[label])
+            change = 100 * (t / med["shipped"] - 1)
+            print(f"    {t:7.1f} us ({med['bf16'] / t:.3f}x bf16, {change:+5.1f} % vs shipped)  "
+                  f"max|d| {diffs[label]:.3g}  rounds {rounds_text}  {label}", flush=True)
         print(f"    shipped rounds {' '.join(f'{v:.1f}' for v in times['shipped'])}; "
               f"bf16 rounds {' '.join(f'{v:.1f}' for v in times['bf16'])}", flush=True)
 

@@ -22,10 +22,10 @@ an accumulator while another wgmma is in flight (warning C7514). So the work is 
 
 The grid is persistent (one program per SM, tiles in grouped order), so the load warp fills the ring
 with the next tile's blocks while the consumers store the last one (``EPI="tma"``: each consumer hands
-its tile to a TMA store from its own buffer and goes on to the next tile's blocks at once). The scales go through shared
-memory because loads into the consumers' registers a block or two ahead still held the next block's
-wgmmas back by their latency (ptxas copies a loop-carried load register in the iteration that loads
-it): 15-30 % slower (notes/fp8_block.md, round 12).
+its tile to a TMA store from its own buffer and goes on to the next tile's blocks at once). The scales
+go through shared memory because loads into the consumers' registers a block or two ahead still held
+the next block's wgmmas back by their latency (ptxas copies a loop-carried load register in the
+iteration that loads it): 15-30 % slower (notes/fp8_block.md, round 12).
 
 Numerics: those of ``fp8_block._gemm_tiled_kernel`` bit for bit: the same fp8 wgmma chain per K block
 (BLOCK_K = b), then ``fma(product, x_scale · w_scale, sum)``, K blocks in order, bias added to the
@@ -204,7 +204,8 @@ def launch(x_q, x_scale, stride_xsm, stride_xsk, weight_q, weight_scale, bias, o
     epi_tma = (cfg.get("EPI") == "tma" and out.stride(1) == 1 and (out.stride(0) * elt) % 16 == 0
                and out.data_ptr() % 16 == 0)
     if epi_tma:
-        c_desc = TensorDescriptor(out, [M, N], [out.stride(0), 1], [64, bn], _smem_layout(64, bn, _C_DTYPES[out.dtype]))
+        c_layout = _smem_layout(64, bn, _C_DTYPES[out.dtype])
+        c_desc = TensorDescriptor(out, [M, N], [out.stride(0), 1], [64, bn], c_layout)
     else:
         c_desc = a_desc  # (not read)
     # The ring's depth, within what one CTA may use beside the output tile (the epilogue's

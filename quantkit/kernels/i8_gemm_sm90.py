@@ -100,7 +100,7 @@ def _store_tma(y, c_desc, c_buf, off_m, off_n):
     engine writes this one (TMA clips rows and columns past M and N). The previous tile's store must have
     left ``c_buf`` first; the caller waits for the last one before the program ends."""
     tma.store_wait(0)
-    gl.thread_barrier()  # (the store was issued by one thread: every warp waits for its wait)
+    gl.thread_barrier()  # (each warp's copy was issued, and so is waited for, by one of its threads)
     c_buf.store(y.to(c_buf.dtype))
     fence_async_shared()  # the generic-proxy writes above, visible to the copy engine
     gl.thread_barrier()

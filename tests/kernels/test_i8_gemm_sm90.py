@@ -105,7 +105,8 @@ needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the Gluon GEMM needs an sm_
 
 # The warp-specialized kernel: row stores, and TMA stores (two or more tiles a program at the larger shapes,
 # so the store of one tile overlaps the next one's K loop and the buffer is reused)
-_WS_CONFIGS = [ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws"), ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws", epi="tma"),
+_WS_CONFIGS = [ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws"),
+               ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws", epi="tma"),
                ik._two_pass(128, 256, 128, 8, 3, mode="gluon_ws", epi="tma"),
                ik._two_pass(256, 128, 128, 8, 3, mode="gluon_ws", epi="tma")]
 
@@ -126,13 +127,14 @@ def test_bit_identical_to_the_triton_gemm_gpu(out_dtype, mnk):
     torch.manual_seed(m + n + k)
     x, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
     x_q, x_s = ik.quantize_act(x)
+    triton_tma = _both(128, 128)[1]
     for ws in _WS_CONFIGS:  # the warp-specialized persistent kernel
         for b in (None, bias):
             y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=ws)
-            assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=_both(128, 128)[1])), \
+            assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=triton_tma)), \
                 f"gemm {mnk} {ws} {out_dtype} bias={b is not None}"
         y = ik.linear(x, weight_q, weight_scale, bias, config=ws)
-        assert torch.equal(y, ik.linear(x, weight_q, weight_scale, bias, config=_both(128, 128)[1])), f"linear {mnk} {ws}"
+        assert torch.equal(y, ik.linear(x, weight_q, weight_scale, bias, config=triton_tma)), f"linear {mnk} {ws}"
     for bm, bn in ((128, 256), (256, 128)):
         gluon, tma = _both(bm, bn)
         for b in (None, bias):
