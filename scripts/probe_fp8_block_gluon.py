@@ -5,7 +5,9 @@ the same codes and the whole layer (``fp8_block.linear``), GPU time as the sweep
 replay, L2 flushed). Outputs are checked bit for bit against the Triton tiled GEMM (same numerics),
 first at odd shapes, dtypes and with a bias.
 
-    PYTHONPATH=. python scripts/probe_fp8_block_gluon.py [M ...] [--no-check]
+    PYTHONPATH=. python scripts/probe_fp8_block_gluon.py [M ...] [--no-check] [--epi]
+
+``--epi``: the GEMM with its output tiles stored by TMA (``epi="tma"``) against row stores.
 """
 import sys
 import traceback
@@ -21,6 +23,10 @@ TILED = F._tiled(128, 128, 8, 4, True)
 
 def variants():
     g = F._gluon
+    if "--epi" in sys.argv:
+        return [g(128, 128, 8, 4), g(128, 128, 8, 4, epi="tma"), g(128, 128, 8, 5, epi="tma"),
+                g(128, 128, 8, 4, pdl=True), g(128, 128, 8, 4, pdl=True, epi="tma"),
+                g(128, 128, 8, 5, pdl=True, epi="tma"), g(128, 128, 8, 4, group_m=16, epi="tma")]
     return [g(128, 128, 8, 4), g(128, 128, 8, 5), g(128, 128, 8, 5, pdl=True), g(128, 128, 8, 5, group_m=16),
             g(128, 128, 8, 5, group_m=4)]
 
@@ -80,7 +86,8 @@ def main():
                     print(f"    gemm {t_g:7.1f} us ({flop / t_g / 1e6:5.0f} TF, {100 * (t_g / t_cub - 1):+.1f} % vs cuBLAS)"
                           f"  layer {t_l:7.1f} ({t_bf16 / t_l:.2f}x bf16, {100 * (t_l / t_cub_l - 1):+.1f} %)  "
                           f"{'bit-identical' if same else 'DIFFERS'}  {cfg['BLOCK_M']}x{cfg['BLOCK_N']} "
-                          f"s{cfg['num_stages']} w{cfg['num_warps']} pdl={cfg.get('PDL', False)} G{cfg['GROUP_M']}",
+                          f"s{cfg['num_stages']} w{cfg['num_warps']} pdl={cfg.get('PDL', False)} G{cfg['GROUP_M']} "
+                          f"epi={cfg.get('EPI', 'rows')}",
                           flush=True)
                 except Exception as exc:  # noqa: BLE001
                     if "-v" in sys.argv:

@@ -3,9 +3,10 @@ shipped Triton two-pass GEMM at M = 128-4096 on the benchmark shapes: the GEMM a
 (`int8_dynamic.gemm`) and the whole layer (`int8_dynamic.linear`), GPU time as the sweep measures it
 (CUDA-graph replay, L2 flushed), outputs checked bit-identical to the shipped config's.
 
-    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...] [--two-per-sm | --group | --ws]
+    PYTHONPATH=. python scripts/probe_int8_dynamic_gluon.py [M ...] [--two-per-sm | --group | --ws | --epi]
 
-``--ws``: the warp-specialized persistent variant (mode ``gluon_ws``) at several tiles and stage counts.
+``--ws``: the warp-specialized persistent variant (mode ``gluon_ws``) at several tiles and stage counts;
+``--epi``: that variant with its output tiles stored by TMA (``epi="tma"``) against row stores.
 """
 import sys
 import traceback
@@ -23,6 +24,11 @@ def gluon_variants(m):
     if m <= 256:
         return [g(128, 128, 128, 8, 4), g(128, 128, 128, 8, 5), g(64, 128, 128, 4, 4), g(128, 128, 128, 8, 4, pdl=True),
                 g(128, 256, 128, 8, 4)]
+    if "--epi" in sys.argv:  # the warp-specialized GEMM's output by TMA stores, against its row stores
+        w = lambda *a, **kw: A._two_pass(*a, mode="gluon_ws", **kw)  # noqa: E731
+        return [w(128, 256, 128, 8, 3), w(128, 256, 128, 8, 3, epi="tma"), w(256, 128, 128, 8, 3, epi="tma"),
+                w(128, 128, 128, 8, 5), w(128, 128, 128, 8, 5, epi="tma"), w(128, 128, 128, 8, 4, epi="tma"),
+                w(128, 256, 128, 8, 3, epi="tma", pdl=True), w(128, 256, 128, 8, 3, epi="tma", group_m=16)]
     if "--ws" in sys.argv:
         w = lambda *a, **kw: A._two_pass(*a, mode="gluon_ws", **kw)  # noqa: E731
         return [w(128, 256, 128, 8, 3), w(256, 128, 128, 8, 3), w(128, 128, 128, 8, 5), w(128, 128, 128, 8, 4),
@@ -64,7 +70,8 @@ def main():
                     print(f"    gemm {t_g:7.1f} us ({tops:5.0f} TOP/s, {100 * (t_g / t_g0 - 1):+.1f} %)  layer {t_l:7.1f} "
                           f"({100 * (t_l / t_l0 - 1):+.1f} %)  {'bit-identical' if same else 'DIFFERS'}  "
                           f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} s{cfg['num_stages']} "
-                          f"w{cfg['num_warps']} pdl={cfg['pdl']} G{cfg['GROUP_M']}", flush=True)
+                          f"w{cfg['num_warps']} pdl={cfg['pdl']} G{cfg['GROUP_M']} {cfg['mode']} "
+                          f"epi={cfg.get('EPI', 'rows')}", flush=True)
                 except Exception as exc:  # noqa: BLE001
                     if "-v" in sys.argv:
                         traceback.print_exc()

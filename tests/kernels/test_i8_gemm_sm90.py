@@ -127,23 +127,17 @@ def test_bit_identical_to_the_triton_gemm_gpu(out_dtype, mnk):
     torch.manual_seed(m + n + k)
     x, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
     x_q, x_s = ik.quantize_act(x)
-    triton_tma = _both(128, 128)[1]
-    for ws in _WS_CONFIGS:  # the warp-specialized persistent kernel
+    # (the warp-specialized persistent kernel against the Triton TMA GEMM at 128 x 128, the plain Gluon one
+    # against the Triton TMA GEMM of its own tile)
+    pairs = [(ws, _both(128, 128)[1]) for ws in _WS_CONFIGS] + [_both(128, 256), _both(256, 128)]
+    for cfg, tma in pairs:
         for b in (None, bias):
-            y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=ws)
-            assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=triton_tma)), \
-                f"gemm {mnk} {ws} {out_dtype} bias={b is not None}"
-        y = ik.linear(x, weight_q, weight_scale, bias, config=ws)
-        assert torch.equal(y, ik.linear(x, weight_q, weight_scale, bias, config=triton_tma)), f"linear {mnk} {ws}"
-    for bm, bn in ((128, 256), (256, 128)):
-        gluon, tma = _both(bm, bn)
-        for b in (None, bias):
-            y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=gluon)
+            y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=cfg)
             assert torch.equal(y, ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=tma)), \
-                f"gemm {mnk} {bm}x{bn} {out_dtype} bias={b is not None}"
+                f"gemm {mnk} {cfg} {out_dtype} bias={b is not None}"
         # the layer: codes and row scales in the workspace behind the output (a flat buffer)
-        y = ik.linear(x, weight_q, weight_scale, bias, config=gluon)
-        assert torch.equal(y, ik.linear(x, weight_q, weight_scale, bias, config=tma)), f"linear {mnk} {bm}x{bn}"
+        y = ik.linear(x, weight_q, weight_scale, bias, config=cfg)
+        assert torch.equal(y, ik.linear(x, weight_q, weight_scale, bias, config=tma)), f"linear {mnk} {cfg}"
     assert_scaled_close(y, reference_linear32(x, weight_q, weight_scale, bias), f"linear {mnk} {out_dtype}")
 
 
