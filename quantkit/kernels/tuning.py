@@ -10,7 +10,10 @@ and calls :func:`get_config(family, M, N, K, module)` in ``linear`` when ``confi
 
 Lookup order for a problem (M bucketed to the next power of two, N and K exact):
   1. the user's cache ``$QUANTKIT_CACHE_DIR`` (default ``~/.cache/quantkit``)/tuned-<gpu>.json,
-  2. the table shipped in ``quantkit/kernels/tuned/<family>.json`` for this GPU name,
+  2. the table shipped in ``quantkit/kernels/tuned/<family>.json`` for this GPU name; for a problem
+     that table lacks (or a GPU with no table of its own), the table of a GPU of the same compute
+     capability (``tuned/devices.json`` records each shipped table's GPU), the nearest SM count first
+     (:func:`table_sources`): an H800 or H100 PCIe runs the H100's configs rather than the defaults,
   3. with ``QUANTKIT_AUTOTUNE=1`` (and not while a CUDA graph is being captured): time every
      candidate now, keep the fastest, save it to the user cache;
   4. the entry of 1. or 2. for the same N and K at the nearest tuned M bucket of the same range
@@ -20,8 +23,9 @@ Lookup order for a problem (M bucketed to the next power of two, N and K exact):
 Results are memoized in-process, so after the first call per shape the cost is one dict lookup.
 
 ``python -m quantkit.kernels.tuning --family int4_weight_only --out tuned.json`` sweeps the Llama
-shapes of PERFORMANCE.md (``--shapes 1024x4096,...`` others, ``--m`` the token counts) on the current
-GPU and writes a table in the shipped format. The sweep
+shapes of PERFORMANCE.md (``--shapes 1024x4096,...`` others, ``--m`` the token counts; ``--cells shipped``
+every problem some shipped table of the family holds) on the current GPU and writes a table in the
+shipped format, rewritten after each problem so that an interrupted sweep keeps what it timed. The sweep
 times each candidate replayed from a CUDA graph (:func:`gpu_time_ms`): eager timings of short
 layers measure the host's Python when it is slower than the GPU, and would rank configs by it.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -38,7 +43,9 @@ from typing import Any, Callable
 import torch
 
 _SHIPPED_DIR = Path(__file__).with_name("tuned")
+_DEVICES_FILE = "devices.json"  # {gpu name: {"capability": "9.0", "multiprocessors": 132}} of the shipped tables
 _MEMO: dict[tuple, dict] = {}
+logger = logging.getLogger("quantkit")
 
 
 def m_bucket(m: int) -> int:
@@ -62,11 +69,46 @@ def user_cache_path() -> Path:
 
 
 @functools.lru_cache(maxsize=None)
+def device_props(index: int | None = None) -> dict:
+    """What decides whether another GPU's tuned configs suit this one: the compute capability (the
+    kernels each config can run, shared memory per SM) and the SM count (the persistent grids, waves)."""
+    props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())
+    return {"capability": f"{props.major}.{props.minor}", "multiprocessors": props.multi_processor_count}
+
+
+def _shipped_devices() -> dict[str, dict]:
+    path = _SHIPPED_DIR / _DEVICES_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def table_sources(gpu: str, props: dict, tables: dict[str, dict], devices: dict[str, dict]) -> list[str]:
+    """The GPU names of ``tables`` whose entries serve ``gpu`` (with ``props``), lowest priority first:
+    GPUs of the same compute capability, the farthest SM count first, then ``gpu``'s own table. Other
+    capabilities never serve: their configs may not compile or fit here."""
+    siblings = [name for name in tables if name != gpu
+                and devices.get(name, {}).get("capability") == props["capability"]]
+    siblings.sort(key=lambda name: (-abs(devices[name].get("multiprocessors", 0) - props["multiprocessors"]), name))
+    return siblings + ([gpu] if gpu in tables else [])
+
+
+@functools.lru_cache(maxsize=None)
 def _shipped(family: str) -> dict[str, dict]:
+    """The shipped entries for this GPU: its own table over those of its siblings (:func:`table_sources`)."""
     path = _SHIPPED_DIR / f"{family}.json"
     if not path.is_file():
         return {}
-    return json.loads(path.read_text()).get(gpu_name(), {})
+    tables = json.loads(path.read_text())
+    gpu = gpu_name()
+    sources = table_sources(gpu, device_props(), tables, _shipped_devices())
+    borrowed = [name for name in sources if name != gpu]
+    if borrowed:
+        logger.info("quantkit: %s configs on %s: %s table%s of %s", family, gpu,
+                    "its own, completed from the" if gpu in sources else "no table of its own; the",
+                    "s" if len(borrowed) > 1 else "", ", ".join(reversed(borrowed)))
+    merged: dict[str, dict] = {}
+    for name in sources:
+        merged.update(tables[name])
+    return merged
 
 
 def _read_user_cache() -> dict[str, dict[str, dict]]:
@@ -150,46 +192,64 @@ LLAMA_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
 BENCH_M = (1, 16, 128, 1024, 4096)
 
 
-def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, verbose=True) -> dict[str, Any]:
-    """Time every candidate config of ``family`` on this GPU; return {key: {"config", "ms", "default_ms"}}."""
+def shipped_cells(family: str) -> list[tuple[int, int, int]]:
+    """Every (M bucket, N, K) that some GPU's shipped table of ``family`` holds, by shape, then M."""
+    path = _SHIPPED_DIR / f"{family}.json"
+    tables = json.loads(path.read_text()) if path.is_file() else {}
+    cells = {tuple(int(v) for v in key.split(",")) for table in tables.values() for key in table}
+    return sorted(cells, key=lambda c: (c[1], c[2], c[0]))
+
+
+def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, verbose=True,
+          cells: list[tuple[int, int, int]] | None = None,
+          on_cell: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Time every candidate config of ``family`` on this GPU; return {key: {"config", "ms", "default_ms"}}.
+    ``cells``: (M, N, K) problems to time instead of ``shapes`` × ``ms``; ``on_cell(results)`` is called
+    after each problem (the CLI rewrites its output file there)."""
     import importlib
 
     module = importlib.import_module(f"quantkit.kernels.{family}")
+    if cells is None:
+        cells = [(m, n, k) for n, k in shapes for m in ms]
     results: dict[str, Any] = {}
-    for n, k in shapes:
-        buffers = module.make_bench_inputs(n, k, dtype)
-        for m in ms:
-            x = torch.randn(m, k, device="cuda", dtype=dtype)
+    buffers, buffers_shape = None, None
+    for m, n, k in cells:
+        if buffers_shape != (n, k):
+            buffers, buffers_shape = None, (n, k)  # (free the last shape's weights first)
+            buffers = module.make_bench_inputs(n, k, dtype)
+        x = torch.randn(m, k, device="cuda", dtype=dtype)
 
-            def bench(config, x=x, buffers=buffers):
-                return gpu_time_ms(lambda: module.linear(x, *buffers, config=config))
+        def bench(config, x=x, buffers=buffers):
+            return gpu_time_ms(lambda: module.linear(x, *buffers, config=config))
 
-            timings = []
-            for config in module.candidate_configs(m, n, k):
-                try:
-                    timings.append((bench(config), config))
-                    if verbose:
-                        print(f"  {family} {m}x{n}x{k} {timings[-1][0] * 1e3:.1f} us {config}", flush=True)
-                except Exception as exc:  # noqa: BLE001 - record and go on
-                    if verbose:
-                        print(f"  {family} {m}x{n}x{k} {config}: failed ({exc.__class__.__name__})")
-            default = module.default_config(m, n, k)
+        timings = []
+        for config in module.candidate_configs(m, n, k):
             try:
-                default_ms = bench(default)
-                timings.append((default_ms, default))  # the heuristic competes too
-            except Exception as exc:  # noqa: BLE001
-                default_ms = float("nan")
+                timings.append((bench(config), config))
                 if verbose:
-                    print(f"  {family} {m}x{n}x{k} default {default}: failed ({exc.__class__.__name__})")
-            if not timings:
-                continue
-            best_ms, best = min(timings, key=lambda t: t[0])
-            results[_key(m, n, k)] = {"config": best, "ms": best_ms, "default_ms": default_ms,
-                                      "default": default, "candidates": len(timings),
-                                      "timings": [{"ms": t, "config": c} for t, c in timings]}
+                    print(f"  {family} {m}x{n}x{k} {timings[-1][0] * 1e3:.1f} us {config}", flush=True)
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                if verbose:
+                    print(f"  {family} {m}x{n}x{k} {config}: failed ({exc.__class__.__name__})")
+        default = module.default_config(m, n, k)
+        try:
+            default_ms = bench(default)
+            timings.append((default_ms, default))  # the heuristic competes too
+        except Exception as exc:  # noqa: BLE001
+            default_ms = float("nan")
             if verbose:
-                print(f"{family} M={m} N={n} K={k}: best {best_ms * 1e3:.1f} us {best} "
-                      f"(default {default_ms * 1e3:.1f} us, {len(timings)} candidates)", flush=True)
+                print(f"  {family} {m}x{n}x{k} default {default}: failed ({exc.__class__.__name__})")
+        if not timings:
+            continue
+        best_ms, best = min(timings, key=lambda t: t[0])
+        results[_key(m, n, k)] = {"config": best, "ms": best_ms, "default_ms": default_ms,
+                                  "default": default, "candidates": len(timings),
+                                  "timings": [{"ms": t, "config": c} for t, c in timings]}
+        if verbose:
+            print(f"{family} M={m} N={n} K={k}: best {best_ms * 1e3:.1f} us {best} "
+                  f"(default {default_ms * 1e3:.1f} us, {len(timings)} candidates)", flush=True)
+        if on_cell is not None:
+            on_cell(results)
     return results
 
 
@@ -235,17 +295,39 @@ def best_configs(sweep_file: str | os.PathLike) -> tuple[str, dict[str, dict[str
                          for family, rows in data["families"].items()}
 
 
+def _write_json(path: Path, data) -> None:
+    """Write ``data`` to ``path`` atomically (a reader sees the old file or the new one, never half)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def install(sweep_files, shipped: bool = False) -> None:
     """Merge sweep results into the user cache (this GPU), or with ``shipped`` into the tables
-    shipped with the package (``quantkit/kernels/tuned/<family>.json``, keyed by GPU name)."""
+    shipped with the package (``quantkit/kernels/tuned/<family>.json``, keyed by GPU name, and the
+    GPU's capability and SM count in ``devices.json``, which a sweep file records)."""
     for sweep_file in sweep_files:
         gpu, families = best_configs(sweep_file)
+        if shipped:
+            device = json.loads(Path(sweep_file).read_text()).get("device")
+            devices = _shipped_devices()
+            if device is None and gpu not in devices:
+                raise ValueError(f"{sweep_file}: the sweep does not record its GPU's capability and SM count "
+                                 f"(rerun it with this version), and {_DEVICES_FILE} does not know {gpu!r}")
+            if device is not None and devices.get(gpu) != device:
+                devices[gpu] = device
+                _write_json(_SHIPPED_DIR / _DEVICES_FILE, devices)
         for family, configs in families.items():
             if shipped:
                 path = _SHIPPED_DIR / f"{family}.json"
                 table = json.loads(path.read_text()) if path.is_file() else {}
                 table.setdefault(gpu, {}).update(configs)
-                path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+                _write_json(path, table)
             else:
                 for key, config in configs.items():
                     _write_user_cache(family, key, config)
@@ -259,6 +341,9 @@ def main(argv=None) -> None:
                                     + ",".join(map(str, BENCH_M)) + ")")
     parser.add_argument("--shapes", help="comma-separated NxK (out x in) to sweep (default: the Llama-3-8B "
                                          "shapes " + ",".join(f"{n}x{k}" for n, k in LLAMA_SHAPES) + ")")
+    parser.add_argument("--cells", choices=["shipped"],
+                        help="'shipped': every (M, N, K) some shipped table of the family holds, instead of "
+                             "--shapes x --m (to tune a new GPU for everything the package tunes)")
     parser.add_argument("--install", nargs="+", metavar="SWEEP_JSON",
                         help="instead of sweeping, put these sweeps' best configs in the user cache")
     parser.add_argument("--ship", nargs="+", metavar="SWEEP_JSON",
@@ -278,10 +363,17 @@ def main(argv=None) -> None:
             parser.error(f"--shapes: expected NxK[,NxK...], got {args.shapes!r}")
         if any(len(s) != 2 or min(s) < 1 for s in shapes):
             parser.error(f"--shapes: expected NxK[,NxK...] with positive sizes, got {args.shapes!r}")
-    out: dict[str, Any] = {"gpu": gpu_name(), "families": {}}
+    if args.cells and (args.m or args.shapes):
+        parser.error("--cells picks the problems itself: give it without --m and --shapes")
+    out_path = Path(args.out)
+    out: dict[str, Any] = {"gpu": gpu_name(), "device": device_props(), "families": {}}
     for family in args.family:
-        out["families"][family] = sweep(family, shapes=shapes, ms=ms)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+        def save(results, family=family):
+            out["families"][family] = results
+            _write_json(out_path, out)
+
+        cells = shipped_cells(family) if args.cells == "shipped" else None
+        save(sweep(family, shapes=shapes, ms=ms, cells=cells, on_cell=save))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
 """Config lookup: exact tuned entry, else the nearest tuned M bucket of the same regime, else the default."""
+import json
+
 import pytest
 
 from quantkit.kernels import tuning
@@ -74,3 +76,112 @@ def test_sweep_cli_rejects_malformed_shapes(shapes, capsys):
     with pytest.raises(SystemExit):
         tuning.main(["--family", "int8_weight_only", "--out", "unused.json", "--shapes", shapes])
     assert "--shapes" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- tables of other GPUs
+DEVICES = {
+    "H100 SXM": {"capability": "9.0", "multiprocessors": 132},
+    "H100 PCIe": {"capability": "9.0", "multiprocessors": 114},
+    "L40S": {"capability": "8.9", "multiprocessors": 142},
+}
+
+
+def test_table_sources_same_capability_nearest_sm_count_last_own_table_on_top():
+    tables = {name: {} for name in ("H100 SXM", "H100 PCIe", "L40S", "H200")}
+    h200 = {"capability": "9.0", "multiprocessors": 132}
+    assert tuning.table_sources("H200", h200, tables, DEVICES) == ["H100 PCIe", "H100 SXM", "H200"]
+    # a GPU without a table of its own borrows; one of another generation never serves
+    h800 = {"capability": "9.0", "multiprocessors": 132}
+    assert tuning.table_sources("H800", h800, tables, DEVICES) == ["H100 PCIe", "H100 SXM"]
+    ada = {"capability": "8.9", "multiprocessors": 128}
+    assert tuning.table_sources("RTX 6000 Ada", ada, tables, DEVICES) == ["L40S"]
+    assert tuning.table_sources("A100", {"capability": "8.0", "multiprocessors": 108}, tables, DEVICES) == []
+    # a table whose GPU devices.json does not describe serves only that GPU
+    assert tuning.table_sources("H200", h200, {"mystery": {}}, DEVICES) == []
+
+
+def _shipped_dir(tmp_path, monkeypatch, gpu, props, tables, devices=DEVICES):
+    (tmp_path / "fam.json").write_text(json.dumps(tables))
+    (tmp_path / "devices.json").write_text(json.dumps(devices))
+    monkeypatch.setattr(tuning, "_SHIPPED_DIR", tmp_path)
+    monkeypatch.setattr(tuning, "gpu_name", lambda index=None: gpu)
+    monkeypatch.setattr(tuning, "device_props", lambda index=None: props)
+    tuning._shipped.cache_clear()
+    monkeypatch.setattr(tuning, "_MEMO", {})
+
+
+def test_shipped_entries_complete_a_gpus_table_from_its_siblings(tmp_path, monkeypatch, caplog):
+    tables = {
+        "H100 SXM": {"1,4096,4096": {"kernel": "sxm-gemv"}, "16,4096,4096": {"kernel": "sxm-small"},
+                     "4096,4096,4096": {"kernel": "sxm-large"}},
+        "H100 PCIe": {"1,4096,4096": {"kernel": "pcie-gemv"}, "128,4096,4096": {"kernel": "pcie-mid"}},
+        "L40S": {"1024,4096,4096": {"kernel": "ada-large"}},
+        "H200": {"16,4096,4096": {"kernel": "h200-small"}},
+    }
+    _shipped_dir(tmp_path, monkeypatch, "H200", {"capability": "9.0", "multiprocessors": 132}, tables)
+    with caplog.at_level("INFO", logger="quantkit"):
+        merged = tuning._shipped("fam")
+    assert merged == {"1,4096,4096": {"kernel": "sxm-gemv"}, "16,4096,4096": {"kernel": "h200-small"},
+                      "4096,4096,4096": {"kernel": "sxm-large"}, "128,4096,4096": {"kernel": "pcie-mid"}}
+    assert "H200" in caplog.text and "H100 SXM, H100 PCIe" in caplog.text
+
+    class Module:
+        @staticmethod
+        def default_config(m, n, k):
+            return {"kernel": "default"}
+
+    monkeypatch.setattr(tuning, "_read_user_cache", lambda: {})
+    assert tuning.get_config("fam", 16, 4096, 4096, Module)["kernel"] == "h200-small"
+    assert tuning.get_config("fam", 4096, 4096, 4096, Module)["kernel"] == "sxm-large"
+    assert tuning.get_config("fam", 1024, 4096, 4096, Module)["kernel"] == "sxm-large"  # nearest, not Ada's
+    assert tuning.get_config("fam", 1024, 8192, 4096, Module)["kernel"] == "default"
+
+
+def test_shipped_entries_of_a_gpu_of_another_generation_are_never_used(tmp_path, monkeypatch):
+    tables = {"H100 SXM": {"1,4096,4096": {"kernel": "sxm-gemv"}}}
+    _shipped_dir(tmp_path, monkeypatch, "A100", {"capability": "8.0", "multiprocessors": 108}, tables)
+    assert tuning._shipped("fam") == {}
+
+
+def test_the_shipped_tables_gpus_are_described():
+    """Every GPU with a shipped table is in devices.json, or its table would serve no other GPU."""
+    devices = json.loads((tuning._SHIPPED_DIR / "devices.json").read_text())
+    for path in tuning._SHIPPED_DIR.glob("*.json"):
+        if path.name == "devices.json":
+            continue
+        for gpu in json.loads(path.read_text()):
+            assert gpu in devices, f"{path.name}: {gpu!r} is not in devices.json"
+            assert set(devices[gpu]) == {"capability", "multiprocessors"}
+
+
+def test_shipped_cells_are_every_tuned_problem():
+    cells = tuning.shipped_cells("int8_weight_only")
+    assert (1, 4096, 4096) in cells and (4096, 14336, 4096) in cells and (2048, 128256, 4096) in cells
+    assert len(cells) == len(set(cells)) >= 30
+    assert cells == sorted(cells, key=lambda c: (c[1], c[2], c[0]))
+
+
+def test_install_ships_a_sweep_with_its_device(tmp_path, monkeypatch):
+    (tmp_path / "fam.json").write_text(json.dumps({"H100 SXM": {"1,8,8": {"kernel": "old"}}}))
+    (tmp_path / "devices.json").write_text(json.dumps({"H100 SXM": DEVICES["H100 SXM"]}))
+    monkeypatch.setattr(tuning, "_SHIPPED_DIR", tmp_path)
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"gpu": "H200", "device": {"capability": "9.0", "multiprocessors": 132},
+                                 "families": {"fam": {"1,8,8": {"config": {"kernel": "new"}, "ms": 0.01}}}}))
+    tuning.install([str(sweep)], shipped=True)
+    assert json.loads((tmp_path / "fam.json").read_text()) == {"H100 SXM": {"1,8,8": {"kernel": "old"}},
+                                                               "H200": {"1,8,8": {"kernel": "new"}}}
+    assert json.loads((tmp_path / "devices.json").read_text())["H200"] == {"capability": "9.0",
+                                                                           "multiprocessors": 132}
+    # a sweep of an older version (no device) is refused for a GPU devices.json does not know
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"gpu": "H800", "families": {"fam": {}}}))
+    with pytest.raises(ValueError, match="H800"):
+        tuning.install([str(old)], shipped=True)
+    assert "H800" not in json.loads((tmp_path / "fam.json").read_text())
+
+
+def test_sweep_cli_rejects_cells_with_explicit_problems(capsys):
+    with pytest.raises(SystemExit):
+        tuning.main(["--family", "int8_weight_only", "--out", "unused.json", "--cells", "shipped", "--m", "1"])
+    assert "--cells" in capsys.readouterr().err
