@@ -202,18 +202,22 @@ def shipped_cells(family: str) -> list[tuple[int, int, int]]:
 
 def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, verbose=True,
           cells: list[tuple[int, int, int]] | None = None,
-          on_cell: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+          on_cell: Callable[[dict[str, Any]], None] | None = None,
+          done: dict[str, Any] | None = None) -> dict[str, Any]:
     """Time every candidate config of ``family`` on this GPU; return {key: {"config", "ms", "default_ms"}}.
     ``cells``: (M, N, K) problems to time instead of ``shapes`` × ``ms``; ``on_cell(results)`` is called
-    after each problem (the CLI rewrites its output file there)."""
+    after each problem (the CLI rewrites its output file there); ``done``: results of an earlier,
+    interrupted sweep on this GPU, kept, and their problems not timed again."""
     import importlib
 
     module = importlib.import_module(f"quantkit.kernels.{family}")
     if cells is None:
         cells = [(m, n, k) for n, k in shapes for m in ms]
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = dict(done or {})
     buffers, buffers_shape = None, None
     for m, n, k in cells:
+        if _key(m, n, k) in results:
+            continue
         if buffers_shape != (n, k):
             buffers, buffers_shape = None, (n, k)  # (free the last shape's weights first)
             buffers = module.make_bench_inputs(n, k, dtype)
@@ -341,6 +345,8 @@ def main(argv=None) -> None:
                                     + ",".join(map(str, BENCH_M)) + ")")
     parser.add_argument("--shapes", help="comma-separated NxK (out x in) to sweep (default: the Llama-3-8B "
                                          "shapes " + ",".join(f"{n}x{k}" for n, k in LLAMA_SHAPES) + ")")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the problems --out already holds (an interrupted sweep on this GPU) and time the rest")
     parser.add_argument("--cells", choices=["shipped"],
                         help="'shipped': every (M, N, K) some shipped table of the family holds, instead of "
                              "--shapes x --m (to tune a new GPU for everything the package tunes)")
@@ -367,13 +373,18 @@ def main(argv=None) -> None:
         parser.error("--cells picks the problems itself: give it without --m and --shapes")
     out_path = Path(args.out)
     out: dict[str, Any] = {"gpu": gpu_name(), "device": device_props(), "families": {}}
+    if args.resume and out_path.is_file():
+        earlier = json.loads(out_path.read_text())
+        if earlier.get("gpu") != out["gpu"]:
+            parser.error(f"--resume: {out_path} was swept on {earlier.get('gpu')!r}, this is {out['gpu']!r}")
+        out["families"] = earlier.get("families", {})
     for family in args.family:
         def save(results, family=family):
             out["families"][family] = results
             _write_json(out_path, out)
 
         cells = shipped_cells(family) if args.cells == "shipped" else None
-        save(sweep(family, shapes=shapes, ms=ms, cells=cells, on_cell=save))
+        save(sweep(family, shapes=shapes, ms=ms, cells=cells, on_cell=save, done=out["families"].get(family)))
 
 
 if __name__ == "__main__":
