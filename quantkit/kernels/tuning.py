@@ -292,13 +292,6 @@ def graph_time_ms(fn, warmup: float = 10, rep: float = 40) -> float | None:
     return float(triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def best_configs(sweep_file: str | os.PathLike) -> tuple[str, dict[str, dict[str, dict]]]:
-    """(gpu name, {family: {key: config}}) from a file written by ``--out``."""
-    data = json.loads(Path(sweep_file).read_text())
-    return data["gpu"], {family: {key: row["config"] for key, row in rows.items()}
-                         for family, rows in data["families"].items()}
-
-
 def _write_json(path: Path, data) -> None:
     """Write ``data`` to ``path`` atomically (a reader sees the old file or the new one, never half)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
@@ -311,14 +304,21 @@ def _write_json(path: Path, data) -> None:
         raise
 
 
-def install(sweep_files, shipped: bool = False) -> None:
+def install(sweep_files, shipped: bool = False, min_gain: float = 0.0) -> None:
     """Merge sweep results into the user cache (this GPU), or with ``shipped`` into the tables
     shipped with the package (``quantkit/kernels/tuned/<family>.json``, keyed by GPU name, and the
-    GPU's capability and SM count in ``devices.json``, which a sweep file records)."""
+    GPU's capability and SM count in ``devices.json``, which a sweep file records).
+
+    ``min_gain`` (shipped only): a problem keeps the entry the GPU borrows from a sibling's table
+    (:func:`table_sources`) unless the sweep timed its own best at least that fraction faster than the
+    borrowed config in the same sweep. The sweep ranks by GPU time alone, and a sibling's entry may
+    have been chosen against it for host time (fp8-block's 4096² M = 1024 on the H100), so a GPU-time
+    tie is no reason to replace it."""
     for sweep_file in sweep_files:
-        gpu, families = best_configs(sweep_file)
+        data = json.loads(Path(sweep_file).read_text())
+        gpu = data["gpu"]
         if shipped:
-            device = json.loads(Path(sweep_file).read_text()).get("device")
+            device = data.get("device")
             devices = _shipped_devices()
             if device is None and gpu not in devices:
                 raise ValueError(f"{sweep_file}: the sweep does not record its GPU's capability and SM count "
@@ -326,15 +326,29 @@ def install(sweep_files, shipped: bool = False) -> None:
             if device is not None and devices.get(gpu) != device:
                 devices[gpu] = device
                 _write_json(_SHIPPED_DIR / _DEVICES_FILE, devices)
-        for family, configs in families.items():
-            if shipped:
-                path = _SHIPPED_DIR / f"{family}.json"
-                table = json.loads(path.read_text()) if path.is_file() else {}
-                table.setdefault(gpu, {}).update(configs)
-                _write_json(path, table)
-            else:
-                for key, config in configs.items():
-                    _write_user_cache(family, key, config)
+            device = devices[gpu]
+        for family, rows in data["families"].items():
+            if not shipped:
+                for key, row in rows.items():
+                    _write_user_cache(family, key, row["config"])
+                continue
+            path = _SHIPPED_DIR / f"{family}.json"
+            tables = json.loads(path.read_text()) if path.is_file() else {}
+            borrowed: dict[str, dict] = {}
+            for name in table_sources(gpu, device, tables, devices):
+                if name != gpu:
+                    borrowed.update(tables[name])
+            own = tables.setdefault(gpu, {})
+            for key, row in rows.items():
+                other = borrowed.get(key)
+                other_ms = [t["ms"] for t in row.get("timings", []) if t["config"] == other]
+                if other is not None and other_ms and row["ms"] > min(other_ms) * (1 - min_gain):
+                    own.pop(key, None)  # within min_gain of what it borrows: keep borrowing
+                else:
+                    own[key] = row["config"]
+            if not own:
+                del tables[gpu]
+            _write_json(path, tables)
 
 
 def main(argv=None) -> None:
@@ -354,9 +368,13 @@ def main(argv=None) -> None:
                         help="instead of sweeping, put these sweeps' best configs in the user cache")
     parser.add_argument("--ship", nargs="+", metavar="SWEEP_JSON",
                         help="instead of sweeping, merge these sweeps' best configs into the shipped tables")
+    parser.add_argument("--min-gain", type=float, default=0.05, metavar="FRACTION",
+                        help="--ship: keep what the GPU borrows from a table of the same capability unless its "
+                             "own best was at least this much faster in the sweep (default 0.05: about the 90th percentile "
+                             "of how far one config's two timings in a sweep differ)")
     args = parser.parse_args(argv)
     if args.install or args.ship:
-        install(args.install or args.ship, shipped=bool(args.ship))
+        install(args.install or args.ship, shipped=bool(args.ship), min_gain=args.min_gain)
         return
     if not args.family or not args.out:
         parser.error("--family and --out are required for a sweep")

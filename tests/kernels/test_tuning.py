@@ -181,7 +181,66 @@ def test_install_ships_a_sweep_with_its_device(tmp_path, monkeypatch):
     assert "H800" not in json.loads((tmp_path / "fam.json").read_text())
 
 
+def test_ship_keeps_a_borrowed_entry_unless_the_sweep_beat_it_by_min_gain(tmp_path, monkeypatch):
+    h100 = {"1,8,8": {"kernel": "a"}, "2,8,8": {"kernel": "b"}, "4,8,8": {"kernel": "c"}, "8,8,8": {"kernel": "d"}}
+    (tmp_path / "fam.json").write_text(json.dumps({"H100 SXM": h100, "H200": {"2,8,8": {"kernel": "stale"}}}))
+    (tmp_path / "devices.json").write_text(json.dumps({"H100 SXM": DEVICES["H100 SXM"]}))
+    monkeypatch.setattr(tuning, "_SHIPPED_DIR", tmp_path)
+
+    def row(best, best_ms, timings):
+        return {"config": {"kernel": best}, "ms": best_ms,
+                "timings": [{"ms": ms, "config": {"kernel": k}} for k, ms in timings.items()]}
+
+    rows = {
+        "1,8,8": row("a", 1.00, {"a": 1.00, "x": 1.01}),  # the same pick: borrowed
+        "2,8,8": row("x", 0.98, {"b": 1.00, "x": 0.98}),  # 2 % faster: borrowed (the stale own entry goes)
+        "4,8,8": row("x", 0.90, {"c": 1.00, "x": 0.90}),  # 10 % faster: shipped
+        "8,8,8": row("x", 0.50, {"x": 0.50}),             # the borrowed config not timed: shipped
+        "16,8,8": row("y", 0.70, {"y": 0.70}),            # nothing to borrow: shipped
+    }
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"gpu": "H200", "device": {"capability": "9.0", "multiprocessors": 132},
+                                 "families": {"fam": rows}}))
+    tuning.install([str(sweep)], shipped=True, min_gain=0.03)
+    tables = json.loads((tmp_path / "fam.json").read_text())
+    assert tables["H100 SXM"] == h100
+    assert tables["H200"] == {"4,8,8": {"kernel": "x"}, "8,8,8": {"kernel": "x"}, "16,8,8": {"kernel": "y"}}
+
+
 def test_sweep_cli_rejects_cells_with_explicit_problems(capsys):
     with pytest.raises(SystemExit):
         tuning.main(["--family", "int8_weight_only", "--out", "unused.json", "--cells", "shipped", "--m", "1"])
     assert "--cells" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family,recipe,bound", [
+    ("fp8_block", "fp8-block", 0.045), ("int8_dynamic", "int8-dynamic", 0.02),
+    ("int8_weight_only", "int8-weight-only", 0.012), ("int4_weight_only", "int4-weight-only", 0.12)])
+def test_gpu_every_shipped_entry_of_this_gpu_is_accurate(family, recipe, bound):
+    """Each entry the shipped tables give this GPU (its own, completed from its siblings'), run by a
+    layer on its own problem (M = the bucket, so the layer looks up exactly that entry): as accurate as
+    the format (the bounds of the off-bucket test above)."""
+    import torch
+    import torch.nn.functional as F
+
+    import quantkit
+
+    torch.manual_seed(11)
+    cells = sorted((tuple(int(v) for v in key.split(",")) for key in tuning._shipped(family)),
+                   key=lambda c: (c[1], c[2], c[0]))
+    assert cells, f"no shipped {family} entries for {tuning.gpu_name()}"
+    layer, shape = None, None
+    for m, n, k in cells:
+        if shape != (n, k):
+            layer = lin = None
+            torch.cuda.empty_cache()
+            lin = torch.nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
+            torch.nn.init.normal_(lin.weight, std=0.02)
+            w64, layer, shape = lin.weight.double(), quantkit.quantize_linear(lin, recipe), (n, k)
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            y = layer(x)
+        truth = F.linear(x.double(), w64)
+        err = ((y.double() - truth).norm() / truth.norm()).item()
+        assert err < bound, f"{family} M={m} {n}x{k} {tuning._shipped(family)[f'{m},{n},{k}']}: error {err:.4f}"
