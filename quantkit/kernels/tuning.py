@@ -10,16 +10,16 @@ and calls :func:`get_config(family, M, N, K, module)` in ``linear`` when ``confi
 
 Lookup order for a problem (M bucketed to the next power of two, N and K exact):
   1. the user's cache ``$QUANTKIT_CACHE_DIR`` (default ``~/.cache/quantkit``)/tuned-<gpu>.json,
-  2. the table shipped in ``quantkit/kernels/tuned/<family>.json`` for this GPU name; for a problem
-     that table lacks (or a GPU with no table of its own), the table of a GPU of the same compute
-     capability (``tuned/devices.json`` records each shipped table's GPU), the nearest SM count first
-     (:func:`table_sources`): an H800 or H100 PCIe runs the H100's configs rather than the defaults,
+  2. the table shipped in ``quantkit/kernels/tuned/<family>.json`` for this GPU name,
   3. with ``QUANTKIT_AUTOTUNE=1`` (and not while a CUDA graph is being captured): time every
-     candidate now, keep the fastest, save it to the user cache;
-  4. the entry of 1. or 2. for the same N and K at the nearest tuned M bucket of the same range
+     candidate now, keep the fastest, save it to the user cache,
+  4. the entry for the problem in the shipped table of a GPU of the same compute capability
+     (``tuned/devices.json`` records each shipped table's GPU), the nearest SM count first
+     (:func:`table_sources`): an H800 or H100 PCIe runs the H100's configs rather than the defaults,
+  5. the entry of 1., 2. or 4. for the same N and K at the nearest tuned M bucket of the same range
      (M = 1, 2–16, 17–256, > 256; :func:`nearest_tuned`), so a prefill at M = 2048 runs what was
      tuned at 1024 rather than the untuned default,
-  5. ``default_config(M, N, K)``.
+  6. ``default_config(M, N, K)``.
 Results are memoized in-process, so after the first call per shape the cost is one dict lookup.
 
 ``python -m quantkit.kernels.tuning --family int4_weight_only --out tuned.json`` sweeps the Llama
@@ -92,23 +92,30 @@ def table_sources(gpu: str, props: dict, tables: dict[str, dict], devices: dict[
 
 
 @functools.lru_cache(maxsize=None)
-def _shipped(family: str) -> dict[str, dict]:
-    """The shipped entries for this GPU: its own table over those of its siblings (:func:`table_sources`)."""
+def _shipped_split(family: str) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(this GPU's own shipped entries, those it borrows from its siblings' tables: :func:`table_sources`)."""
     path = _SHIPPED_DIR / f"{family}.json"
     if not path.is_file():
-        return {}
+        return {}, {}
     tables = json.loads(path.read_text())
     gpu = gpu_name()
     sources = table_sources(gpu, device_props(), tables, _shipped_devices())
-    borrowed = [name for name in sources if name != gpu]
-    if borrowed:
+    lenders = [name for name in sources if name != gpu]
+    if lenders:
         logger.info("quantkit: %s configs on %s: %s table%s of %s", family, gpu,
                     "its own, completed from the" if gpu in sources else "no table of its own; the",
-                    "s" if len(borrowed) > 1 else "", ", ".join(reversed(borrowed)))
-    merged: dict[str, dict] = {}
-    for name in sources:
-        merged.update(tables[name])
-    return merged
+                    "s" if len(lenders) > 1 else "", ", ".join(reversed(lenders)))
+    borrowed: dict[str, dict] = {}
+    for name in lenders:
+        borrowed.update(tables[name])
+    return tables.get(gpu, {}), borrowed
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped(family: str) -> dict[str, dict]:
+    """The shipped entries for this GPU: its own table over those it borrows."""
+    own, borrowed = _shipped_split(family)
+    return {**borrowed, **own}
 
 
 def _read_user_cache() -> dict[str, dict[str, dict]]:
@@ -138,11 +145,14 @@ def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dic
         return config
     key = _key(m, n, k)
     user = _read_user_cache().get(family, {})
-    config = user.get(key) or _shipped(family).get(key)
+    own, borrowed = _shipped_split(family)
+    config = user.get(key) or own.get(key)
     if config is None and bench is not None and os.environ.get("QUANTKIT_AUTOTUNE") == "1" \
             and not torch.cuda.is_current_stream_capturing():
-        config = autotune(module.candidate_configs(m, n, k), bench)
+        config = autotune(module.candidate_configs(m, n, k), bench)  # asked for: this GPU's own timing
         _write_user_cache(family, key, config)
+    if config is None:
+        config = borrowed.get(key)
     if config is None:
         config = nearest_tuned(m, n, k, {**_shipped(family), **user})
     if config is None:

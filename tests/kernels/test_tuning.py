@@ -36,7 +36,7 @@ def test_get_config_prefers_exact_then_nearest_then_default(monkeypatch):
         def default_config(m, n, k):
             return {"kernel": "default"}
 
-    monkeypatch.setattr(tuning, "_shipped", lambda family: TABLE)
+    monkeypatch.setattr(tuning, "_shipped_split", lambda family: (TABLE, {}))
     monkeypatch.setattr(tuning, "_read_user_cache", lambda: {"fam": {"2048,4096,4096": {"kernel": "user"}}})
     monkeypatch.setattr(tuning, "_MEMO", {})
     assert tuning.get_config("fam", 2048, 4096, 4096, Module)["kernel"] == "user"
@@ -107,6 +107,7 @@ def _shipped_dir(tmp_path, monkeypatch, gpu, props, tables, devices=DEVICES):
     monkeypatch.setattr(tuning, "gpu_name", lambda index=None: gpu)
     monkeypatch.setattr(tuning, "device_props", lambda index=None: props)
     tuning._shipped.cache_clear()
+    tuning._shipped_split.cache_clear()
     monkeypatch.setattr(tuning, "_MEMO", {})
 
 
@@ -135,6 +136,22 @@ def test_shipped_entries_complete_a_gpus_table_from_its_siblings(tmp_path, monke
     assert tuning.get_config("fam", 4096, 4096, 4096, Module)["kernel"] == "sxm-large"
     assert tuning.get_config("fam", 1024, 4096, 4096, Module)["kernel"] == "sxm-large"  # nearest, not Ada's
     assert tuning.get_config("fam", 1024, 8192, 4096, Module)["kernel"] == "default"
+
+    # QUANTKIT_AUTOTUNE=1 times this GPU's candidates before it borrows, never before its own table
+    class Tunable(Module):
+        @staticmethod
+        def candidate_configs(m, n, k):
+            return [{"kernel": "slow"}, {"kernel": "timed-here"}]
+
+    written = {}
+    monkeypatch.setattr(tuning, "_MEMO", {})
+    monkeypatch.setenv("QUANTKIT_AUTOTUNE", "1")
+    monkeypatch.setattr(tuning.torch.cuda, "is_current_stream_capturing", lambda: False)  # (no CUDA here)
+    monkeypatch.setattr(tuning, "_write_user_cache", lambda family, key, config: written.update({key: config}))
+    bench = lambda config: 1.0 if config["kernel"] == "slow" else 0.5  # noqa: E731
+    assert tuning.get_config("fam", 4096, 4096, 4096, Tunable, bench)["kernel"] == "timed-here"
+    assert tuning.get_config("fam", 16, 4096, 4096, Tunable, bench)["kernel"] == "h200-small"
+    assert written == {"4096,4096,4096": {"kernel": "timed-here"}}
 
 
 def test_shipped_entries_of_a_gpu_of_another_generation_are_never_used(tmp_path, monkeypatch):
