@@ -131,10 +131,7 @@ def _write_user_cache(family: str, key: str, config: dict) -> None:
     data = _read_user_cache()
     data.setdefault(family, {})[key] = config
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuned-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the new file, never half
+    _write_json(path, data)  # atomic: a concurrent reader sees the old or the new file, never half
 
 
 def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dict], float] | None = None) -> dict:
