@@ -162,7 +162,29 @@ def environment(device: torch.device | str, argv: Sequence[str] | None = None) -
         major, minor = torch.cuda.get_device_capability(device)
         env["capability"] = f"sm_{major}{minor}"
         env["memory_GiB"] = round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1)
+        from quantkit.kernels import tuning
+
+        with torch.cuda.device(device):
+            env["tuned_tables"] = tuning.tables_in_use()
     return env
+
+
+def tuned_tables_line(tables: dict[str, dict]) -> str | None:
+    """One Markdown line saying where the kernel configs came from, or None when every family ran its
+    own shipped table alone."""
+    borrowed = any(t["borrowed"] for t in tables.values())
+    user = any(t["user_cache"] for t in tables.values())
+    if not borrowed and not user:
+        return None
+    parts = []
+    for family, t in tables.items():
+        text = f"{family} {t['own']} own"
+        if t["borrowed"]:
+            text += f" + {t['borrowed']} borrowed from {', '.join(t['lenders'])}"
+        if t["user_cache"]:
+            text += f", {t['user_cache']} in the user cache (these first)"
+        parts.append(text)
+    return "- Tuned configs: " + "; ".join(parts)
 
 
 def environment_lines(env: dict[str, Any]) -> list[str]:
@@ -174,6 +196,9 @@ def environment_lines(env: dict[str, Any]) -> list[str]:
     lines = [f"- Device: {dev}", f"- Software: {versions}, Python {env['python']}, quantkit {env['quantkit']}"
              + (f" ({env['git_commit']})" if env.get("git_commit") else ""),
              f"- Date: {env['date']}", f"- Command: `{env['command']}`"]
+    tables_line = tuned_tables_line(env.get("tuned_tables") or {})
+    if tables_line:
+        lines.append(tables_line)
     if env.get("quantkit_backend", "auto") != "auto" or env.get("quantkit_autotune", "0") != "0":
         lines.append(f"- QUANTKIT_BACKEND={env.get('quantkit_backend')}, "
                      f"QUANTKIT_AUTOTUNE={env.get('quantkit_autotune')}")

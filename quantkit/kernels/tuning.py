@@ -118,6 +118,24 @@ def _shipped(family: str) -> dict[str, dict]:
     return {**borrowed, **own}
 
 
+def tables_in_use() -> dict[str, dict]:
+    """Per family, where this GPU's configs come from: its own shipped entries, those it borrows (and the
+    GPUs it borrows from, the nearest first) and the user cache's entries (benchmarks record this, since
+    a user cache or a borrowed table changes what runs)."""
+    user = _read_user_cache()
+    devices = _shipped_devices()
+    report: dict[str, dict] = {}
+    for path in sorted(_SHIPPED_DIR.glob("*.json")):
+        if path.name == _DEVICES_FILE:
+            continue
+        own, borrowed = _shipped_split(path.stem)
+        sources = table_sources(gpu_name(), device_props(), json.loads(path.read_text()), devices)
+        report[path.stem] = {"own": len(own), "borrowed": len(borrowed.keys() - own.keys()),
+                             "lenders": [name for name in reversed(sources) if name != gpu_name()],
+                             "user_cache": len(user.get(path.stem, {}))}
+    return report
+
+
 def _read_user_cache() -> dict[str, dict[str, dict]]:
     path = user_cache_path()
     try:

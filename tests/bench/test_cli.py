@@ -73,3 +73,17 @@ def test_script_wrapper(monkeypatch, capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "quantkit bench" in out and "layers" in out and "e2e" in out and "plot" in out
+
+
+def test_the_environment_says_where_borrowed_or_user_configs_came_from():
+    from quantkit.bench.common import environment_lines
+
+    env = {"device": "NVIDIA H200", "capability": "sm_90", "torch": "2.11", "triton": "3.6", "python": "3.12",
+           "quantkit": "0.1.0", "date": "2026-11-23 04:31 UTC", "command": "quantkit bench layers"}
+    own_only = {"fp8_block": {"own": 36, "borrowed": 0, "lenders": [], "user_cache": 0}}
+    assert not any("Tuned" in line for line in environment_lines({**env, "tuned_tables": own_only}))
+    tables = {"fp8_block": {"own": 4, "borrowed": 32, "lenders": ["NVIDIA H100 80GB HBM3"], "user_cache": 0},
+              "int4_weight_only": {"own": 0, "borrowed": 34, "lenders": ["NVIDIA H100 80GB HBM3"], "user_cache": 2}}
+    line = [line for line in environment_lines({**env, "tuned_tables": tables}) if "Tuned" in line]
+    assert line == ["- Tuned configs: fp8_block 4 own + 32 borrowed from NVIDIA H100 80GB HBM3; int4_weight_only "
+                    "0 own + 34 borrowed from NVIDIA H100 80GB HBM3, 2 in the user cache (these first)"]

@@ -261,3 +261,11 @@ def test_gpu_every_shipped_entry_of_this_gpu_is_accurate(family, recipe, bound):
         truth = F.linear(x.double(), w64)
         err = ((y.double() - truth).norm() / truth.norm()).item()
         assert err < bound, f"{family} M={m} {n}x{k} {tuning._shipped(family)[f'{m},{n},{k}']}: error {err:.4f}"
+
+
+def test_tables_in_use_counts_own_borrowed_and_user_entries(tmp_path, monkeypatch):
+    tables = {"H100 SXM": {"1,8,8": {"kernel": "a"}, "2,8,8": {"kernel": "b"}, "4,8,8": {"kernel": "c"}},
+              "H200": {"2,8,8": {"kernel": "own"}}}
+    _shipped_dir(tmp_path, monkeypatch, "H200", {"capability": "9.0", "multiprocessors": 132}, tables)
+    monkeypatch.setattr(tuning, "_read_user_cache", lambda: {"fam": {"8,8,8": {"kernel": "mine"}}})
+    assert tuning.tables_in_use() == {"fam": {"own": 1, "borrowed": 2, "lenders": ["H100 SXM"], "user_cache": 1}}
