@@ -334,11 +334,12 @@ def install(sweep_files, shipped: bool = False, min_gain: float = 0.0) -> None:
     shipped with the package (``quantkit/kernels/tuned/<family>.json``, keyed by GPU name, and the
     GPU's capability and SM count in ``devices.json``, which a sweep file records).
 
-    ``min_gain`` (shipped only): a problem keeps the entry the GPU borrows from a sibling's table
-    (:func:`table_sources`) unless the sweep timed its own best at least that fraction faster than the
-    borrowed config in the same sweep. The sweep ranks by GPU time alone, and a sibling's entry may
-    have been chosen against it for host time (fp8-block's 4096² M = 1024 on the H100), so a GPU-time
-    tie is no reason to replace it."""
+    ``min_gain`` (shipped only): a problem the GPU has no entry of its own for keeps the entry it borrows
+    from a sibling's table (:func:`table_sources`) unless the sweep timed its own best at least that
+    fraction faster than the borrowed config in the same sweep. The sweep ranks by GPU time alone, and a
+    sibling's entry may have been chosen against it for host time (fp8-block's 4096² M = 1024 on the
+    H100), so a GPU-time tie is no reason to replace it. The GPU's own entries are replaced by the
+    sweep's best, as without siblings (so the H100's table never starts borrowing from the H200's)."""
     for sweep_file in sweep_files:
         data = json.loads(Path(sweep_file).read_text())
         gpu = data["gpu"]
@@ -367,10 +368,10 @@ def install(sweep_files, shipped: bool = False, min_gain: float = 0.0) -> None:
             for key, row in rows.items():
                 other = borrowed.get(key)
                 other_ms = [t["ms"] for t in row.get("timings", []) if t["config"] == other]
-                if other is not None and other_ms and row["ms"] > min(other_ms) * (1 - min_gain):
-                    own.pop(key, None)  # within min_gain of what it borrows: keep borrowing
-                else:
-                    own[key] = row["config"]
+                if key not in own and other is not None and other_ms \
+                        and row["ms"] > min(other_ms) * (1 - min_gain):
+                    continue  # within min_gain of what it borrows: keep borrowing
+                own[key] = row["config"]
             if not own:
                 del tables[gpu]
             _write_json(path, tables)

@@ -210,7 +210,7 @@ def test_ship_keeps_a_borrowed_entry_unless_the_sweep_beat_it_by_min_gain(tmp_pa
 
     rows = {
         "1,8,8": row("a", 1.00, {"a": 1.00, "x": 1.01}),  # the same pick: borrowed
-        "2,8,8": row("x", 0.98, {"b": 1.00, "x": 0.98}),  # 2 % faster: borrowed (the stale own entry goes)
+        "2,8,8": row("x", 0.98, {"b": 1.00, "x": 0.98}),  # its own entry already: replaced by the best
         "4,8,8": row("x", 0.90, {"c": 1.00, "x": 0.90}),  # 10 % faster: shipped
         "8,8,8": row("x", 0.50, {"x": 0.50}),             # the borrowed config not timed: shipped
         "16,8,8": row("y", 0.70, {"y": 0.70}),            # nothing to borrow: shipped
@@ -221,7 +221,23 @@ def test_ship_keeps_a_borrowed_entry_unless_the_sweep_beat_it_by_min_gain(tmp_pa
     tuning.install([str(sweep)], shipped=True, min_gain=0.03)
     tables = json.loads((tmp_path / "fam.json").read_text())
     assert tables["H100 SXM"] == h100
-    assert tables["H200"] == {"4,8,8": {"kernel": "x"}, "8,8,8": {"kernel": "x"}, "16,8,8": {"kernel": "y"}}
+    assert tables["H200"] == {"2,8,8": {"kernel": "x"}, "4,8,8": {"kernel": "x"}, "8,8,8": {"kernel": "x"},
+                              "16,8,8": {"kernel": "y"}}
+    # a 2 % gain where it had no entry of its own: it keeps borrowing
+    rows = {"32,8,8": row("x", 0.98, {"z": 1.00, "x": 0.98})}
+    tables["H100 SXM"]["32,8,8"] = {"kernel": "z"}
+    (tmp_path / "fam.json").write_text(json.dumps(tables))
+    sweep.write_text(json.dumps({"gpu": "H200", "device": {"capability": "9.0", "multiprocessors": 132},
+                                 "families": {"fam": rows}}))
+    tuning.install([str(sweep)], shipped=True, min_gain=0.03)
+    assert "32,8,8" not in json.loads((tmp_path / "fam.json").read_text())["H200"]
+    # the lender re-shipping its own sweep replaces its entries, whatever the H200 holds
+    (tmp_path / "devices.json").write_text(json.dumps({"H100 SXM": DEVICES["H100 SXM"],
+                                                       "H200": {"capability": "9.0", "multiprocessors": 132}}))
+    sweep.write_text(json.dumps({"gpu": "H100 SXM", "device": DEVICES["H100 SXM"],
+                                 "families": {"fam": {"4,8,8": row("c2", 1.00, {"c2": 1.00, "x": 1.01})}}}))
+    tuning.install([str(sweep)], shipped=True, min_gain=0.03)
+    assert json.loads((tmp_path / "fam.json").read_text())["H100 SXM"]["4,8,8"] == {"kernel": "c2"}
 
 
 def test_sweep_cli_rejects_cells_with_explicit_problems(capsys):
