@@ -285,3 +285,24 @@ def test_tables_in_use_counts_own_borrowed_and_user_entries(tmp_path, monkeypatc
     _shipped_dir(tmp_path, monkeypatch, "H200", {"capability": "9.0", "multiprocessors": 132}, tables)
     monkeypatch.setattr(tuning, "_read_user_cache", lambda: {"fam": {"8,8,8": {"kernel": "mine"}}})
     assert tuning.tables_in_use() == {"fam": {"own": 1, "borrowed": 2, "lenders": ["H100 SXM"], "user_cache": 1}}
+
+
+def test_pick_config_breaks_gpu_time_ties_by_eager_time():
+    a, b, c = {"kernel": "cublas"}, {"kernel": "gluon"}, {"kernel": "slow"}
+    eager = {"cublas": 0.069, "gluon": 0.039, "slow": 0.010}
+    calls = []
+
+    def eager_ms(config):
+        calls.append(config["kernel"])
+        return eager[config["kernel"]]
+
+    # cuBLAS 0.2 % faster on the GPU, twice as slow eagerly: a tie, and the eager time decides
+    ms, config, timed = tuning.pick_config([(0.0386, a), (0.0387, b), (0.0500, c)], eager_ms, tie=0.03)
+    assert config == b and ms == 0.0387 and sorted(calls) == ["cublas", "gluon"]  # the slow one not timed
+    assert set(timed) == {'{"kernel": "cublas"}', '{"kernel": "gluon"}'}
+    # a real GPU-time lead is kept whatever the eager time
+    calls.clear()
+    assert tuning.pick_config([(0.030, a), (0.0387, b)], eager_ms, tie=0.03)[1] == a and calls == []
+    # no eager timer, or one candidate (timed twice, as the default is): GPU time alone
+    assert tuning.pick_config([(0.0386, a), (0.0387, b)], None)[1] == a
+    assert tuning.pick_config([(0.0386, a), (0.0390, a)], eager_ms)[:2] == (0.0386, a) and calls == []
