@@ -306,3 +306,23 @@ def test_pick_config_breaks_gpu_time_ties_by_eager_time():
     # no eager timer, or one candidate (timed twice, as the default is): GPU time alone
     assert tuning.pick_config([(0.0386, a), (0.0387, b)], None)[1] == a
     assert tuning.pick_config([(0.0386, a), (0.0390, a)], eager_ms)[:2] == (0.0386, a) and calls == []
+
+
+@pytest.mark.gpu
+def test_gpu_sweep_writes_as_it_goes_and_resumes(tmp_path):
+    """The sweep CLI on a small problem: the output records the GPU, its capability and SM count, a best
+    config per problem among the timed candidates (eager times where GPU times tied); ``--resume``
+    keeps what the file holds and times only the rest."""
+    out = tmp_path / "sweep.json"
+    tuning.main(["--family", "int8_weight_only", "--shapes", "1024x4096", "--m", "1", "--out", str(out)])
+    first = json.loads(out.read_text())
+    assert first["gpu"] == tuning.gpu_name() and first["device"] == tuning.device_props()
+    rows = first["families"]["int8_weight_only"]
+    assert list(rows) == ["1,1024,4096"]
+    row = rows["1,1024,4096"]
+    timed = [t["config"] for t in row["timings"]]
+    assert row["config"] in timed and row["ms"] <= min(t["ms"] for t in row["timings"]) * (1 + tuning.EAGER_TIE)
+    tuning.main(["--family", "int8_weight_only", "--shapes", "1024x4096", "--m", "1,16", "--resume",
+                 "--out", str(out)])
+    second = json.loads(out.read_text())["families"]["int8_weight_only"]
+    assert second["1,1024,4096"] == row and "16,1024,4096" in second
