@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "convert": "quantkit.checkpoint.cli",
     "compare": "quantkit.accuracy.cli",
     "bench": "quantkit.bench.cli",
+    "tune": "quantkit.tune",
 }
 
 

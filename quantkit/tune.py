@@ -1,0 +1,108 @@
+"""``quantkit tune``: time the kernels' candidate configs on this GPU and keep the fastest.
+
+quantkit ships tuned configs for the GPUs it was measured on (the H100 and H200); another GPU of the same
+compute capability borrows theirs, and any other GPU runs per-size defaults. This command sweeps every
+problem the shipped tables hold (or the ``--shapes`` × ``--m`` given) for each recipe's kernels on the
+current GPU (:mod:`quantkit.kernels.tuning`: GPU time from CUDA-graph replay, ties broken by eager time),
+writes the sweep to ``--out`` after each problem (``--resume`` continues an interrupted one), and puts
+the best configs in the user cache (``$QUANTKIT_CACHE_DIR``, default ``~/.cache/quantkit``), which every
+later run on this GPU reads first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+HELP = "time the kernels' configs on this GPU and keep the fastest (for GPUs without shipped tables)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE",
+                   help="the recipes whose kernels to tune (default: every recipe)")
+    p.add_argument("--shapes", default=None, metavar="NxK[,NxK...]",
+                   help="layer shapes (out x in features) to tune, instead of every problem the shipped tables hold")
+    p.add_argument("--m", default=None, metavar="M[,M...]",
+                   help="token counts for --shapes (default 1,16,128,1024,4096)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the sweep's JSON file (default ./tune-<gpu>.json)")
+    p.add_argument("--resume", action="store_true", help="keep the problems --out already holds and time the rest")
+    p.add_argument("--no-install", action="store_true",
+                   help="only write --out; leave the user cache alone (install later with "
+                        "python -m quantkit.kernels.tuning --install FILE)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from quantkit.cli import UserError
+    from quantkit.recipes import RECIPES
+
+    names = args.recipes or list(RECIPES)
+    unknown = [name for name in names if name not in RECIPES]
+    if unknown:
+        raise UserError(f"unknown recipe {', '.join(unknown)}; quantkit tune knows {', '.join(RECIPES)}")
+    if args.m and not args.shapes:
+        raise UserError("--m gives the token counts for --shapes: give --shapes too")
+    _check_sizes(args.shapes, "x", 2, "--shapes", "NxK[,NxK...], e.g. 4096x4096,14336x4096")
+    _check_sizes(args.m, None, 1, "--m", "M[,M...], e.g. 1,16,2048")
+    if not torch.cuda.is_available():
+        raise UserError("quantkit tune times kernels on a CUDA GPU, and none is visible")
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise UserError(f"quantkit tune needs Triton, which does not import here ({exc})") from exc
+    from quantkit.kernels import tuning
+
+    gpu = tuning.gpu_name()
+    out = args.out or Path("tune-" + "".join(c if c.isalnum() else "_" for c in gpu) + ".json")
+    families = [name.replace("-", "_") for name in names]
+    argv = [a for family in families for a in ("--family", family)] + ["--out", str(out)]
+    argv += ["--shapes", args.shapes] + (["--m", args.m] if args.m else []) if args.shapes else ["--cells", "shipped"]
+    if args.resume:
+        argv.append("--resume")
+    before = {family: dict(tuning._shipped(family)) for family in families}  # (before the user cache changes)
+    print(f"quantkit tune: {gpu}, {', '.join(names)}; the sweep goes to {out}", flush=True)
+    tuning.main(argv)
+    data = json.loads(out.read_text())
+    for name, family in zip(names, families):
+        print(_summary(name, family, data["families"].get(family, {}), before[family]))
+    if not args.no_install:
+        tuning.install([out])
+        print(f"installed in {tuning.user_cache_path()}: later runs on this GPU use these configs first")
+    return 0
+
+
+def _check_sizes(text: str | None, sep: str | None, parts: int, option: str, expected: str) -> None:
+    from quantkit.cli import UserError
+
+    if text is None:
+        return
+    for item in text.split(","):
+        values = item.lower().split(sep) if sep else [item]
+        if len(values) != parts or not all(v.strip().isdigit() and int(v) > 0 for v in values):
+            raise UserError(f"{option}: expected {expected}, got {text!r}")
+
+
+def _summary(name: str, family: str, rows: dict, shipped: dict) -> str:
+    """How the sweep's picks compare with what ran before (the shipped entry, own or borrowed, where one
+    exists and was timed), by the sweep's own GPU times."""
+    import importlib
+
+    module = importlib.import_module(f"quantkit.kernels.{family}")
+    changed, gains = 0, []
+    for key, row in rows.items():
+        m, n, k = (int(v) for v in key.split(","))
+        old = shipped.get(key) or module.default_config(m, n, k)
+        if row["config"] == old:
+            continue
+        changed += 1
+        old_ms = [t["ms"] for t in row.get("timings", []) if t["config"] == old]
+        if old_ms:
+            gains.append(1 - row["ms"] / min(old_ms))
+    text = f"{name}: {len(rows)} problems; {changed} now run another config than before"
+    if gains:
+        text += (f" (by the sweep's GPU times {statistics.median(gains) * 100:+.1f} % median, "
+                 f"{max(gains) * 100:+.1f} % at most)")
+    return text

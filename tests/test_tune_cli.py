@@ -1,0 +1,40 @@
+"""``quantkit tune``: its input errors on any machine, and a small sweep installed on a GPU."""
+import json
+
+import pytest
+import torch
+
+from quantkit.cli import main
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--recipes", "fp9"], "unknown recipe fp9"),
+    (["--m", "1"], "give --shapes too"),
+    (["--shapes", "4096"], "--shapes: expected NxK"),
+    (["--shapes", "4096x0"], "--shapes: expected NxK"),
+    (["--shapes", "4096x4096", "--m", "1,x"], "--m: expected M"),
+])
+def test_bad_arguments_are_named(argv, message, capsys):
+    assert main(["tune", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_without_a_gpu_it_says_so(capsys):
+    assert main(["tune"]) == 2
+    assert "times kernels on a CUDA GPU, and none is visible" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_gpu_tune_writes_and_installs(tmp_path, monkeypatch, capsys):
+    from quantkit.kernels import tuning
+
+    monkeypatch.setenv("QUANTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "sweep.json"
+    assert main(["tune", "--recipes", "int8-weight-only", "--shapes", "1024x4096", "--m", "1,16",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "int8-weight-only: 2 problems" in printed and "installed in" in printed
+    rows = json.loads(out.read_text())["families"]["int8_weight_only"]
+    cache = json.loads(tuning.user_cache_path().read_text())
+    assert cache["int8_weight_only"] == {key: row["config"] for key, row in rows.items()}
