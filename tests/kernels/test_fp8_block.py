@@ -178,6 +178,21 @@ def test_quantize_act_bit_exact(kernel_device, dtype, shape, scale_fmt):
                            max_excused=_excuse_cap(dtype, scale_fmt))
 
 
+@pytest.mark.parametrize("block_m,gpp", [(4, 2), (2, 4), (1, 8), (16, 4)])
+def test_quantize_act_launch_shapes_write_the_same_codes(kernel_device, block_m, gpp):
+    """Several groups a program (the large-M launch shapes), with groups and rows past the edges: the
+    codes and scales of the one-group-a-program launch, bit for bit."""
+    x = torch.randn(5, 700, device=kernel_device, dtype=torch.bfloat16) * 3  # 6 groups, the last partial
+    x[2, :200] = 0.0
+    for block in (128, 64):
+        want_q, want_s = fk.quantize_act(x, block)
+        q = torch.full_like(want_q, 1.0)
+        s = torch.full((x.shape[0], -(-700 // block)), -1.0, device=kernel_device)
+        fk._launch_act_quant(x, q, s, s.stride(0), s.stride(1), block, False, block_m=block_m, gpp=gpp)
+        assert torch.equal(s, want_s), f"block {block}: scales differ"
+        assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)), f"block {block}: codes differ"
+
+
 def test_quantize_act_strided_rows_and_block_64(kernel_device):
     big = torch.randn(7, 400, device=kernel_device, dtype=torch.bfloat16)
     x = big[:, 10:310]  # row stride 400, last dim contiguous
