@@ -6,6 +6,7 @@ kernel's. GPU time (CUDA-graph replay, L2 flushed), median of ROUNDS alternating
 
     PYTHONPATH=. python scripts/probe_fp8_act_quant.py [ROUNDS] [MxK ...]
 """
+import os
 import statistics
 import sys
 
@@ -15,6 +16,9 @@ import triton.language as tl
 
 from quantkit.kernels import fp8_block as F
 from quantkit.kernels import tuning
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from probe_quant_floor import _cast_kernel  # noqa: E402  (the bare cast of the same bytes)
 
 
 @triton.jit
@@ -34,14 +38,6 @@ def _act_quant_1d(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_qm, stride_sm, st
     offs_g = gb * GPP + tl.arange(0, GPP)
     tl.store(s_ptr + offs_m[:, None] * stride_sm + offs_g[None, :] * stride_sg, tl.reshape(scale, [BLOCK_M, GPP]),
              mask=(offs_m[:, None] < M) & (offs_g[None, :] < GROUPS))
-
-
-@triton.jit
-def _cast_kernel(x_ptr, q_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(q_ptr + offs, (tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32) * 16.0).to(tl.int8),
-             mask=mask)
 
 
 def main():
