@@ -11,7 +11,6 @@ later run on this GPU reads first.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
@@ -45,44 +44,36 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"unknown recipe {', '.join(unknown)}; quantkit tune knows {', '.join(RECIPES)}")
     if args.m and not args.shapes:
         raise UserError("--m gives the token counts for --shapes: give --shapes too")
-    _check_sizes(args.shapes, "x", 2, "--shapes", "NxK[,NxK...], e.g. 4096x4096,14336x4096")
-    _check_sizes(args.m, None, 1, "--m", "M[,M...], e.g. 1,16,2048")
+    from quantkit.kernels import tuning
+
+    shapes = tuning.parse_shapes(args.shapes) if args.shapes else None  # (ValueError: the CLI prints it)
+    try:
+        ms = tuple(int(v) for v in args.m.split(",")) if args.m else tuning.BENCH_M
+    except ValueError:
+        ms = (0,)
+    if min(ms) < 1:
+        raise UserError(f"--m: expected M[,M...] with positive counts, e.g. 1,16,2048, got {args.m!r}")
     if not torch.cuda.is_available():
         raise UserError("quantkit tune times kernels on a CUDA GPU, and none is visible")
     try:
         import triton  # noqa: F401
     except ImportError as exc:
         raise UserError(f"quantkit tune needs Triton, which does not import here ({exc})") from exc
-    from quantkit.kernels import tuning
 
-    gpu = tuning.gpu_name()
-    out = args.out or Path("tune-" + "".join(c if c.isalnum() else "_" for c in gpu) + ".json")
+    out = args.out or Path(f"tune-{tuning.gpu_file_name()}.json")
     families = [name.replace("-", "_") for name in names]
-    argv = [a for family in families for a in ("--family", family)] + ["--out", str(out)]
-    argv += ["--shapes", args.shapes] + (["--m", args.m] if args.m else []) if args.shapes else ["--cells", "shipped"]
-    if args.resume:
-        argv.append("--resume")
-    before = {family: dict(tuning._shipped(family)) for family in families}  # (before the user cache changes)
-    print(f"quantkit tune: {gpu}, {', '.join(names)}; the sweep goes to {out}", flush=True)
-    tuning.main(argv)
-    data = json.loads(out.read_text())
+    done = tuning.resumed_families(out) if args.resume else {}
+    # what ran before on the problems swept: the shipped entries (own or borrowed), else the defaults
+    before = {family: dict(tuning._shipped(family)) for family in families}
+    print(f"quantkit tune: {tuning.gpu_name()}, {', '.join(names)}; the sweep goes to {out}", flush=True)
+    data = tuning.sweep_to_file(families, out, shapes or tuning.LLAMA_SHAPES, ms, shipped=shapes is None,
+                                done=done)
     for name, family in zip(names, families):
         print(_summary(name, family, data["families"].get(family, {}), before[family]))
     if not args.no_install:
         tuning.install([out])
         print(f"installed in {tuning.user_cache_path()}: later runs on this GPU use these configs first")
     return 0
-
-
-def _check_sizes(text: str | None, sep: str | None, parts: int, option: str, expected: str) -> None:
-    from quantkit.cli import UserError
-
-    if text is None:
-        return
-    for item in text.split(","):
-        values = item.lower().split(sep) if sep else [item]
-        if len(values) != parts or not all(v.strip().isdigit() and int(v) > 0 for v in values):
-            raise UserError(f"{option}: expected {expected}, got {text!r}")
 
 
 def _summary(name: str, family: str, rows: dict, shipped: dict) -> str:

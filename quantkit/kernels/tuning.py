@@ -65,10 +65,14 @@ def _key(m: int, n: int, k: int) -> str:
     return f"{m_bucket(m)},{n},{k}"
 
 
+def gpu_file_name() -> str:
+    """This GPU's name with every character but letters and digits as ``_``, for file names."""
+    return "".join(c if c.isalnum() else "_" for c in gpu_name())
+
+
 def user_cache_path() -> Path:
     root = Path(os.environ.get("QUANTKIT_CACHE_DIR", Path.home() / ".cache" / "quantkit"))
-    safe = "".join(c if c.isalnum() else "_" for c in gpu_name())
-    return root / f"tuned-{safe}.json"
+    return root / f"tuned-{gpu_file_name()}.json"
 
 
 @functools.lru_cache(maxsize=None)
@@ -95,11 +99,12 @@ def table_sources(gpu: str, props: dict, tables: dict[str, dict], devices: dict[
 
 
 @functools.lru_cache(maxsize=None)
-def _shipped_split(family: str) -> tuple[dict[str, dict], dict[str, dict]]:
-    """(this GPU's own shipped entries, those it borrows from its siblings' tables: :func:`table_sources`)."""
+def _shipped_split(family: str) -> tuple[dict[str, dict], dict[str, dict], list[str]]:
+    """(this GPU's own shipped entries, those it borrows from its siblings' tables, the GPUs it borrows
+    from, the nearest first: :func:`table_sources`)."""
     path = _SHIPPED_DIR / f"{family}.json"
     if not path.is_file():
-        return {}, {}
+        return {}, {}, []
     tables = json.loads(path.read_text())
     gpu = gpu_name()
     sources = table_sources(gpu, device_props(), tables, _shipped_devices())
@@ -111,13 +116,13 @@ def _shipped_split(family: str) -> tuple[dict[str, dict], dict[str, dict]]:
     borrowed: dict[str, dict] = {}
     for name in lenders:
         borrowed.update(tables[name])
-    return tables.get(gpu, {}), borrowed
+    return tables.get(gpu, {}), borrowed, lenders[::-1]
 
 
 @functools.lru_cache(maxsize=None)
 def _shipped(family: str) -> dict[str, dict]:
     """The shipped entries for this GPU: its own table over those it borrows."""
-    own, borrowed = _shipped_split(family)
+    own, borrowed, _ = _shipped_split(family)
     return {**borrowed, **own}
 
 
@@ -126,15 +131,12 @@ def tables_in_use() -> dict[str, dict]:
     GPUs it borrows from, the nearest first) and the user cache's entries (benchmarks record this, since
     a user cache or a borrowed table changes what runs)."""
     user = _read_user_cache()
-    devices = _shipped_devices()
     report: dict[str, dict] = {}
     for path in sorted(_SHIPPED_DIR.glob("*.json")):
         if path.name == _DEVICES_FILE:
             continue
-        own, borrowed = _shipped_split(path.stem)
-        sources = table_sources(gpu_name(), device_props(), json.loads(path.read_text()), devices)
-        report[path.stem] = {"own": len(own), "borrowed": len(borrowed.keys() - own.keys()),
-                             "lenders": [name for name in reversed(sources) if name != gpu_name()],
+        own, borrowed, lenders = _shipped_split(path.stem)
+        report[path.stem] = {"own": len(own), "borrowed": len(borrowed.keys() - own.keys()), "lenders": lenders,
                              "user_cache": len(user.get(path.stem, {}))}
     return report
 
@@ -163,7 +165,7 @@ def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dic
         return config
     key = _key(m, n, k)
     user = _read_user_cache().get(family, {})
-    own, borrowed = _shipped_split(family)
+    own, borrowed, _ = _shipped_split(family)
     config = user.get(key) or own.get(key)
     if config is None and bench is not None and os.environ.get("QUANTKIT_AUTOTUNE") == "1" \
             and not torch.cuda.is_current_stream_capturing():
@@ -382,6 +384,45 @@ def graph_time_ms(fn, warmup: float = 10, rep: float = 40) -> float | None:
     return float(triton.testing.do_bench(graph.replay, warmup=warmup, rep=rep, return_mode="median"))
 
 
+def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """``"4096x4096,14336x4096"`` -> ((4096, 4096), (14336, 4096)); ValueError naming what was expected."""
+    try:
+        shapes = tuple(tuple(int(v) for v in s.lower().split("x")) for s in text.split(","))
+    except ValueError:
+        shapes = ((),)
+    if any(len(s) != 2 or min(s) < 1 for s in shapes):
+        raise ValueError(f"--shapes: expected NxK[,NxK...] with positive sizes, got {text!r}")
+    return shapes
+
+
+def resumed_families(out_path: Path) -> dict[str, Any]:
+    """The per-family results an interrupted sweep left in ``out_path`` ({} without the file); ValueError
+    if it was swept on another GPU."""
+    if not out_path.is_file():
+        return {}
+    earlier = json.loads(out_path.read_text())
+    if earlier.get("gpu") != gpu_name():
+        raise ValueError(f"--resume: {out_path} was swept on {earlier.get('gpu')!r}, this is {gpu_name()!r}")
+    return earlier.get("families", {})
+
+
+def sweep_to_file(families: list[str], out_path: Path, shapes=LLAMA_SHAPES, ms=BENCH_M, shipped: bool = False,
+                  done: dict[str, Any] | None = None, eager_tie: float | None = EAGER_TIE) -> dict[str, Any]:
+    """:func:`sweep` each family into ``out_path``, rewritten atomically after each problem, with the GPU's
+    name, capability and SM count; ``shipped``: every problem a shipped table holds instead of ``shapes``
+    × ``ms``; ``done``: :func:`resumed_families`, kept and not timed again."""
+    out: dict[str, Any] = {"gpu": gpu_name(), "device": device_props(), "families": dict(done or {})}
+    for family in families:
+        def save(results, family=family):
+            out["families"][family] = results
+            _write_json(out_path, out)
+
+        cells = shipped_cells(family) if shipped else None
+        save(sweep(family, shapes=shapes, ms=ms, cells=cells, on_cell=save, done=out["families"].get(family),
+                   eager_tie=eager_tie))
+    return out
+
+
 def _write_json(path: Path, data) -> None:
     """Write ``data`` to ``path`` atomically (a reader sees the old file or the new one, never half)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
@@ -475,30 +516,17 @@ def main(argv=None) -> None:
         parser.error("--family and --out are required for a sweep")
     ms = [int(v) for v in args.m.split(",")] if args.m else BENCH_M
     shapes = LLAMA_SHAPES
-    if args.shapes:
-        try:
-            shapes = tuple(tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(","))
-        except ValueError:
-            parser.error(f"--shapes: expected NxK[,NxK...], got {args.shapes!r}")
-        if any(len(s) != 2 or min(s) < 1 for s in shapes):
-            parser.error(f"--shapes: expected NxK[,NxK...] with positive sizes, got {args.shapes!r}")
     if args.cells and (args.m or args.shapes):
         parser.error("--cells picks the problems itself: give it without --m and --shapes")
     out_path = Path(args.out)
-    out: dict[str, Any] = {"gpu": gpu_name(), "device": device_props(), "families": {}}
-    if args.resume and out_path.is_file():
-        earlier = json.loads(out_path.read_text())
-        if earlier.get("gpu") != out["gpu"]:
-            parser.error(f"--resume: {out_path} was swept on {earlier.get('gpu')!r}, this is {out['gpu']!r}")
-        out["families"] = earlier.get("families", {})
-    for family in args.family:
-        def save(results, family=family):
-            out["families"][family] = results
-            _write_json(out_path, out)
-
-        cells = shipped_cells(family) if args.cells == "shipped" else None
-        save(sweep(family, shapes=shapes, ms=ms, cells=cells, on_cell=save, done=out["families"].get(family),
-                   eager_tie=args.eager_tie if args.eager_tie >= 0 else None))
+    try:
+        if args.shapes:
+            shapes = parse_shapes(args.shapes)
+        done = resumed_families(out_path) if args.resume else {}
+    except ValueError as exc:
+        parser.error(str(exc))
+    sweep_to_file(args.family, out_path, shapes, ms, shipped=args.cells == "shipped", done=done,
+                  eager_tie=args.eager_tie if args.eager_tie >= 0 else None)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def test_get_config_prefers_exact_then_nearest_then_default(monkeypatch):
         def default_config(m, n, k):
             return {"kernel": "default"}
 
-    monkeypatch.setattr(tuning, "_shipped_split", lambda family: (TABLE, {}))
+    monkeypatch.setattr(tuning, "_shipped_split", lambda family: (TABLE, {}, []))
     monkeypatch.setattr(tuning, "_read_user_cache", lambda: {"fam": {"2048,4096,4096": {"kernel": "user"}}})
     monkeypatch.setattr(tuning, "_MEMO", {})
     assert tuning.get_config("fam", 2048, 4096, 4096, Module)["kernel"] == "user"
