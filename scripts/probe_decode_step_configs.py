@@ -1,0 +1,169 @@
+"""Tuned decode configs judged inside the decode step they serve: the CUDA-graph decode step of the
+Llama-3-8B-shaped decoder (`bench e2e`'s step), timed with each variant of some table entries, in
+alternating rounds on one model.
+
+The sweep times each layer alone with L2 flushed; inside a decode step x is hot in L2 and each kernel
+starts behind the one before, so two configs that tie alone may not tie there (notes/int8_dynamic.md,
+round 13). A variant sets the config of one or more (family, M, N, K) problems through the tuned-config
+memo, drops the recorded launch plans, and captures the step again.
+
+    PYTHONPATH=. python scripts/probe_decode_step_configs.py SET [--rounds 3] [--steps 100] [--json FILE]
+
+SET names one of VARIANT_SETS below.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from quantkit import quantize_
+from quantkit.bench.decoder import DecoderConfig, build_decoder
+from quantkit.kernels import fp8_block, int8_dynamic, tuning
+from quantkit.ops import dispatch
+
+
+def _d4(mt, wk, wm=1, xpf=True, diag=False):
+    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": 128, "SUB": 1, "XPF": xpf,
+            **({"DIAG": True} if diag else {})}
+
+
+def _d8(mt, wk, wm=1, xpf=True, diag=False, dk=64):
+    return {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": 1, "XPF": xpf,
+            **({"DIAG": True} if diag else {})}
+
+
+_STREAM8 = {"BLOCK_K": 512, "BLOCK_M": 16, "BLOCK_N": 16, "kernel": "stream", "num_stages": 4, "num_warps": 4}
+_SMALL4 = {"BLOCK_N": 16, "CHUNKS": 4, "kernel": "small", "num_stages": 4, "num_warps": 4}
+
+_SHAPES = ((4096, 4096), (1024, 4096), (14336, 4096), (4096, 14336))
+
+
+def _all_m1(family: str, config: dict, shapes=_SHAPES) -> dict:
+    return {(family, 1, n, k): config for n, k in shapes}
+
+
+_F8 = fp8_block._decode
+_I8 = int8_dynamic._decode
+
+# (recipe, batch, {variant name: {(family, m, n, k): config, ...}}); "shipped" changes nothing.
+VARIANT_SETS = {
+    "int4_b1_4096": ("int4-weight-only", 1, {
+        "shipped": {},
+        "diag_wk1_wm2": {("int4_weight_only", 1, 4096, 4096): _d4(1, 1, 2, diag=True)},
+        "decode_mt1_wk4": {("int4_weight_only", 1, 4096, 4096): _d4(1, 4)},
+        "diag_mt2_wk2": {("int4_weight_only", 1, 4096, 4096): _d4(2, 2, xpf=False, diag=True)},
+        "diag_wk2_wm2": {("int4_weight_only", 1, 4096, 4096): _d4(1, 2, 2, xpf=False, diag=True)},
+    }),
+    "int4_b16_4096": ("int4-weight-only", 16, {
+        "shipped": {},
+        "decode_mt1_wk4": {("int4_weight_only", 16, 4096, 4096): _d4(1, 4)},
+        "decode_mt2_wk4": {("int4_weight_only", 16, 4096, 4096): _d4(2, 4, xpf=False)},
+        "decode_mt1_wk8": {("int4_weight_only", 16, 4096, 4096): _d4(1, 8, xpf=False)},
+    }),
+    "fp8_b1": ("fp8-block", 1, {
+        "shipped": {},
+        "diag_mt1_wk4": _all_m1("fp8_block", _F8(1, 4, dk=128, bm=8, diag=True)),
+        "diag_mt2_wk2": _all_m1("fp8_block", _F8(2, 2, dk=128, bm=8, diag=True)),
+        "diag_wide_only": _all_m1("fp8_block", _F8(1, 4, dk=128, bm=8, diag=True), _SHAPES[2:]),
+    }),
+    "int8dyn_b1": ("int8-dynamic", 1, {
+        "shipped": {},
+        "diag_mt1_wk4": _all_m1("int8_dynamic", _I8(1, 4, dk=128, bm=8, diag=True)),
+        "diag_mt2_wk2": _all_m1("int8_dynamic", _I8(2, 2, dk=128, bm=8, diag=True)),
+        "diag_wide_only": _all_m1("int8_dynamic", _I8(1, 4, dk=128, bm=8, diag=True), _SHAPES[2:]),
+    }),
+    "int8wo_b16": ("int8-weight-only", 16, {
+        "shipped": {},
+        "decode_4096": {("int8_weight_only", 16, 4096, 4096): _d8(2, 4)},
+        "decode_4096_mt1": {("int8_weight_only", 16, 4096, 4096): _d8(1, 4)},
+        "decode_down": {("int8_weight_only", 16, 4096, 14336): _d8(2, 4)},
+        "decode_kv": {("int8_weight_only", 16, 1024, 4096): _d8(1, 4)},
+    }),
+}
+
+
+def _drop_plans() -> None:
+    for impl in dispatch._RESOLVED.values():
+        plans = getattr(impl, "plans", None)
+        if plans is not None:
+            plans.clear()
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("set", choices=sorted(VARIANT_SETS))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    recipe, batch, variants = VARIANT_SETS[args.set]
+    device = torch.device("cuda")
+    cfg = DecoderConfig.preset("llama3-8b", n_layers=args.layers)
+    model = build_decoder(cfg, device, torch.bfloat16, seed=0)
+    quantize_(model, recipe)
+    model.fuse_glue()
+    prompt_len = 64
+    model.setup_cache(batch, prompt_len + args.steps + 64)
+    gen = torch.Generator(device="cpu").manual_seed(2)
+    prompt = torch.randint(0, cfg.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    saved = dict(tuning._MEMO)
+    with torch.no_grad():
+        first = model(prompt, None, True)
+        token = first[:, -1].argmax(-1, keepdim=True)
+        pos = torch.tensor([prompt_len], device=device)
+
+        def one_step():
+            logits = model(token, pos, False)
+            token.copy_(logits[:, -1].argmax(-1, keepdim=True))
+            pos.add_(1)
+            return logits
+
+        for r in range(args.rounds):
+            order = list(variants) if r % 2 == 0 else list(reversed(variants))
+            for name in order:
+                tuning._MEMO.clear()
+                tuning._MEMO.update(saved)
+                for (family, m, n, k), config in variants[name].items():
+                    tuning._MEMO[(family, tuning.m_bucket(m), n, k)] = config
+                _drop_plans()
+                stream = torch.cuda.Stream(device)
+                stream.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        pos.fill_(prompt_len)
+                        one_step()
+                torch.cuda.current_stream(device).wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    one_step()
+                pos.fill_(prompt_len)
+                for _ in range(3):
+                    graph.replay()
+                pos.fill_(prompt_len)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(args.steps):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+                times[name].append(start.elapsed_time(end) / args.steps)
+                del graph
+    row = {"set": args.set, "recipe": recipe, "batch": batch, "steps": args.steps,
+           "ms_per_step": {name: [round(t, 4) for t in ts] for name, ts in times.items()},
+           "median": {name: round(statistics.median(ts), 4) for name, ts in times.items()}}
+    base = row["median"]["shipped"]
+    for name, med in row["median"].items():
+        print(f"{args.set} {name:<18} {med:.4f} ms/step ({(med / base - 1) * 100:+.2f} %)  rounds {times[name]}")
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return row
+
+
+if __name__ == "__main__":
+    main()
