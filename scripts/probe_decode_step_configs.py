@@ -45,6 +45,10 @@ def _all_m1(family: str, config: dict, shapes=_SHAPES) -> dict:
     return {(family, 1, n, k): config for n, k in shapes}
 
 
+def _all_m(m: int, family: str, config_for_n, shapes=_SHAPES) -> dict:
+    return {(family, m, n, k): config_for_n(n) for n, k in shapes}
+
+
 _F8 = fp8_block._decode
 _I8 = int8_dynamic._decode
 
@@ -56,6 +60,21 @@ VARIANT_SETS = {
         "decode_mt1_wk4": {("int4_weight_only", 1, 4096, 4096): _d4(1, 4)},
         "diag_mt2_wk2": {("int4_weight_only", 1, 4096, 4096): _d4(2, 2, xpf=False, diag=True)},
         "diag_wk2_wm2": {("int4_weight_only", 1, 4096, 4096): _d4(1, 2, 2, xpf=False, diag=True)},
+    }),
+    "int4_b1_wide": ("int4-weight-only", 1, {
+        "shipped": {},
+        "gate_up_diag_wk1_wm2": {("int4_weight_only", 1, 14336, 4096): _d4(1, 1, 2, diag=True)},
+        "gate_up_diag_mt2_wk2": {("int4_weight_only", 1, 14336, 4096): _d4(2, 2, xpf=False, diag=True)},
+        "gate_up_decode_mt1_wk8": {("int4_weight_only", 1, 14336, 4096): _d4(1, 8)},
+        "down_decode_mt1_wk4": {("int4_weight_only", 1, 4096, 14336): _d4(1, 4)},
+        "down_diag_wk1_wm2": {("int4_weight_only", 1, 4096, 14336): _d4(1, 1, 2, diag=True)},
+    }),
+    "int8wo_b1_wide": ("int8-weight-only", 1, {
+        "shipped": {},
+        "gate_up_diag_wk2": {("int8_weight_only", 1, 14336, 4096): _d8(1, 2, xpf=False, diag=True)},
+        "gate_up_decode_mt1_wk4": {("int8_weight_only", 1, 14336, 4096): _d8(1, 4)},
+        "down_diag_wk1": {("int8_weight_only", 1, 4096, 14336): _d8(1, 1, xpf=False, diag=True)},
+        "down_decode_mt1_wk4": {("int8_weight_only", 1, 4096, 14336): _d8(1, 4)},
     }),
     "int4_b16_4096": ("int4-weight-only", 16, {
         "shipped": {},
@@ -74,6 +93,16 @@ VARIANT_SETS = {
         "diag_mt1_wk4": _all_m1("int8_dynamic", _I8(1, 4, dk=128, bm=8, diag=True)),
         "diag_mt2_wk2": _all_m1("int8_dynamic", _I8(2, 2, dk=128, bm=8, diag=True)),
         "diag_wide_only": _all_m1("int8_dynamic", _I8(1, 4, dk=128, bm=8, diag=True), _SHAPES[2:]),
+    }),
+    "fp8_b16": ("fp8-block", 16, {
+        "shipped": {},
+        "fused_all": _all_m(16, "fp8_block", fp8_block._fused_default),
+        "fused_wide_only": _all_m(16, "fp8_block", fp8_block._fused_default, _SHAPES[2:]),
+    }),
+    "int8dyn_b16": ("int8-dynamic", 16, {
+        "shipped": {},
+        "fused_all": _all_m(16, "int8_dynamic", int8_dynamic._fused_default),
+        "fused_wide_only": _all_m(16, "int8_dynamic", int8_dynamic._fused_default, _SHAPES[2:]),
     }),
     "int8wo_b16": ("int8-weight-only", 16, {
         "shipped": {},
