@@ -23,6 +23,7 @@ from quantkit import quantize_
 from quantkit.bench.decoder import DecoderConfig, build_decoder
 from quantkit.kernels import fp8_block, int8_dynamic, tuning
 from quantkit.ops import dispatch
+from scripts.probe_decode_step_kernels import _captured
 
 
 def _d4(mt, wk, wm=1, xpf=True, diag=False):
@@ -160,16 +161,8 @@ def main(argv=None) -> dict:
                 for (family, m, n, k), config in variants[name].items():
                     tuning._MEMO[(family, tuning.m_bucket(m), n, k)] = config
                 _drop_plans()
-                stream = torch.cuda.Stream(device)
-                stream.wait_stream(torch.cuda.current_stream(device))
-                with torch.cuda.stream(stream):
-                    for _ in range(2):
-                        pos.fill_(prompt_len)
-                        one_step()
-                torch.cuda.current_stream(device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    one_step()
+                pos.fill_(prompt_len)
+                graph = _captured(one_step, device)
                 pos.fill_(prompt_len)
                 for _ in range(3):
                     graph.replay()

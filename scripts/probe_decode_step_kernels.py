@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from quantkit import quantize_
 from quantkit.bench.decoder import DecoderConfig, build_decoder, round_up
+from quantkit.bench.e2e import Step
 
 
 def _kernels(prof) -> list[tuple[str, float, float]]:
@@ -35,6 +36,14 @@ def _kernels(prof) -> list[tuple[str, float, float]]:
             out.append((name, float(evt.time_range.start), float(evt.time_range.elapsed_us())))
     out.sort(key=lambda k: k[1])
     return out
+
+
+def _captured(one_step, device) -> torch.cuda.CUDAGraph:
+    """``one_step`` captured the way `bench e2e` captures it (two warm-up calls on a side stream first)."""
+    step = Step(one_step, device, use_graph=True, warmup=2)
+    if step.graph is None:
+        raise RuntimeError(f"the decode step could not be captured: {step.graph_error}")
+    return step.graph
 
 
 def _group(name: str) -> str:
@@ -69,15 +78,7 @@ def main(argv=None) -> dict:
             token.copy_(logits[:, -1].argmax(-1, keepdim=True))
             return logits
 
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                one_step()
-        torch.cuda.current_stream(device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            one_step()
+        graph = _captured(one_step, device)
         for _ in range(5):
             graph.replay()
         torch.cuda.synchronize()
