@@ -105,6 +105,20 @@ VARIANT_SETS = {
         "fused_all": _all_m(16, "int8_dynamic", int8_dynamic._fused_default),
         "fused_wide_only": _all_m(16, "int8_dynamic", int8_dynamic._fused_default, _SHAPES[2:]),
     }),
+    "int4_b16_wide": ("int4-weight-only", 16, {
+        "shipped": {},
+        "gate_up_mt2_wk4": {("int4_weight_only", 16, 14336, 4096): _d4(2, 4)},
+        "gate_up_mt4_wk4_xpf": {("int4_weight_only", 16, 14336, 4096): _d4(4, 4)},
+        "gate_up_mt2_wk8": {("int4_weight_only", 16, 14336, 4096): _d4(2, 8, xpf=False)},
+        "down_mt4_wk4": {("int4_weight_only", 16, 4096, 14336): _d4(4, 4, xpf=False)},
+        "down_mt1_wk8": {("int4_weight_only", 16, 4096, 14336): _d4(1, 8)},
+    }),
+    "int8wo_b16_wide": ("int8-weight-only", 16, {
+        "shipped": {},
+        "gate_up_mt1_wk4": {("int8_weight_only", 16, 14336, 4096): _d8(1, 4)},
+        "gate_up_mt2_wk4_dk128": {("int8_weight_only", 16, 14336, 4096): _d8(2, 4, dk=128)},
+        "gate_up_mt4_wk4": {("int8_weight_only", 16, 14336, 4096): _d8(4, 4, xpf=False)},
+    }),
     "int8wo_b16": ("int8-weight-only", 16, {
         "shipped": {},
         "decode_4096": {("int8_weight_only", 16, 4096, 4096): _d8(2, 4)},
