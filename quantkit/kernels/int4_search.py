@@ -8,10 +8,11 @@ candidate: 9 s for an 8B model on an H100. Here one program holds BLOCK_G groups
 candidate on them, so the weight is read once.
 
 Arithmetic as in the PyTorch version: IEEE division (``div_rn``), round half to even, the scale rounded to
-the scale dtype through the same conversion, no fused multiply-adds. The error sums run in another order (a tree over the group)
-than ``torch.linalg.vector_norm``, and the sum is not rounded through a square root. So where two
-candidates' errors are within a rounding of each other, the two versions may keep different ones, both as
-good to float32 precision (tests/kernels/test_int4_search.py).
+the scale dtype half to even (by integer arithmetic on its bits, which Triton's interpreter gets right too),
+no fused multiply-adds. The error sums run in another order (a tree over the group) than
+``torch.linalg.vector_norm``, and the sum is not rounded through a square root. So where two candidates'
+errors are within a rounding of each other, the two versions may keep different ones, both as good to
+float32 precision; a group's later candidates then follow from that choice (tests/kernels/test_int4_search.py).
 """
 from __future__ import annotations
 
@@ -104,8 +105,13 @@ def _try_scale(w, wh, sqrt_h, s, centre, best_err, best_s, best_z, SYM: tl.const
 
 @triton.jit
 def _search_kernel(w_ptr, h_ptr, frac_ptr, off_ptr, scale_ptr, zero_ptr, Q, GROUPS_PER_ROW, stride_w,
-                   NUM_COARSE: tl.constexpr, NUM_FINE: tl.constexpr, REFINE: tl.constexpr, SYM: tl.constexpr, HAS_H: tl.constexpr, GROUP: tl.constexpr,
-                   BLOCK_G: tl.constexpr, SCALE_KIND: tl.constexpr, EPS: tl.constexpr):
+                   NUM_COARSE: tl.constexpr, NUM_FINE: tl.constexpr, REFINE: tl.constexpr, SYM: tl.constexpr,
+                   HAS_H: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, SCALE_KIND: tl.constexpr,
+                   EPS: tl.constexpr):
+    """One program: BLOCK_G groups of GROUP weights (rows of W's [N, K / GROUP] groups, row-major), through
+    min-max, NUM_COARSE range fractions, NUM_FINE offsets around each group's best fraction and REFINE
+    least-squares refits (the candidate counts are constexpr: loops over them compile as loops). Writes the
+    stored scale and the zero-point of each group as float32."""
     pid = tl.program_id(0)
     q = pid * BLOCK_G + tl.arange(0, BLOCK_G)  # group ids, row-major over [N, K / GROUP]
     ok = q < Q

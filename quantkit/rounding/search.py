@@ -179,8 +179,9 @@ def int4_qparams_search(
 
 def _gpu_kernel_takes(weight: torch.Tensor, scale_dtype: torch.dtype) -> bool:
     """Whether the search runs as one Triton launch (:mod:`quantkit.kernels.int4_search`, the same algorithm
-    with the weight read once: ~9 s -> well under one for an 8B model on an H100) rather than as PyTorch
-    passes: a CUDA weight, Triton importable, and ``QUANTKIT_BACKEND`` not ``reference``."""
+    with the weight read once: an 8B model's int4 ``quantize_`` took 9 s on an H100 with the PyTorch passes,
+    1.1 s with the kernel) rather than as PyTorch passes: a CUDA weight, Triton importable, and
+    ``QUANTKIT_BACKEND`` not ``reference``."""
     if not weight.is_cuda:
         return False
     from quantkit.ops.dispatch import _forced_backend
