@@ -26,6 +26,7 @@ import torch
 
 from quantkit import quantize_
 from quantkit.bench.decoder import DecoderConfig, build_decoder
+from scripts.probe_decode_step_kernels import append_json
 
 
 def _kernel_files(cache_dir: str | None) -> int:
@@ -82,10 +83,7 @@ def main(argv=None) -> dict:
         timed("decodeB2", lambda: model(batch_tokens, pos))
     row["kernels_in_cache_after"] = _kernel_files(cache_dir)
     print(json.dumps(row), flush=True)
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(json.dumps(row) + "\n")
-    return row
+    return append_json(args.json, row)
 
 
 if __name__ == "__main__":

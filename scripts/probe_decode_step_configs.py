@@ -14,16 +14,13 @@ SET names one of VARIANT_SETS below.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 
 import torch
 
-from quantkit import quantize_
-from quantkit.bench.decoder import DecoderConfig, build_decoder
 from quantkit.kernels import fp8_block, int8_dynamic, tuning
 from quantkit.ops import dispatch
-from scripts.probe_decode_step_kernels import _captured
+from scripts.probe_decode_step_kernels import _captured, append_json, decode_step, replay_ms
 
 
 def _d4(mt, wk, wm=1, xpf=True, diag=False):
@@ -146,59 +143,32 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     recipe, batch, variants = VARIANT_SETS[args.set]
     device = torch.device("cuda")
-    cfg = DecoderConfig.preset("llama3-8b", n_layers=args.layers)
-    model = build_decoder(cfg, device, torch.bfloat16, seed=0)
-    quantize_(model, recipe)
-    model.fuse_glue()
-    prompt_len = 64
-    model.setup_cache(batch, prompt_len + args.steps + 64)
-    gen = torch.Generator(device="cpu").manual_seed(2)
-    prompt = torch.randint(0, cfg.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    one_step, pos, prompt_len = decode_step(recipe, args.layers, batch, args.steps + 8)
     times: dict[str, list[float]] = {name: [] for name in variants}
     saved = dict(tuning._MEMO)
-    with torch.no_grad():
-        first = model(prompt, None, True)
-        token = first[:, -1].argmax(-1, keepdim=True)
-        pos = torch.tensor([prompt_len], device=device)
-
-        def one_step():
-            logits = model(token, pos, False)
-            token.copy_(logits[:, -1].argmax(-1, keepdim=True))
-            pos.add_(1)
-            return logits
-
-        for r in range(args.rounds):
-            order = list(variants) if r % 2 == 0 else list(reversed(variants))
-            for name in order:
-                tuning._MEMO.clear()
-                tuning._MEMO.update(saved)
-                for (family, m, n, k), config in variants[name].items():
-                    tuning._MEMO[(family, tuning.m_bucket(m), n, k)] = config
-                _drop_plans()
-                pos.fill_(prompt_len)
-                graph = _captured(one_step, device)
-                pos.fill_(prompt_len)
-                for _ in range(3):
-                    graph.replay()
-                pos.fill_(prompt_len)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(args.steps):
-                    graph.replay()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end) / args.steps)
-                del graph
+    for r in range(args.rounds):
+        order = list(variants) if r % 2 == 0 else list(reversed(variants))
+        for name in order:
+            tuning._MEMO.clear()
+            tuning._MEMO.update(saved)
+            for (family, m, n, k), config in variants[name].items():
+                tuning._MEMO[(family, tuning.m_bucket(m), n, k)] = config
+            _drop_plans()
+            pos.fill_(prompt_len)
+            graph = _captured(one_step, device)
+            pos.fill_(prompt_len)
+            for _ in range(3):
+                graph.replay()
+            pos.fill_(prompt_len)
+            times[name].append(replay_ms(graph, args.steps))
+            del graph
     row = {"set": args.set, "recipe": recipe, "batch": batch, "steps": args.steps,
            "ms_per_step": {name: [round(t, 4) for t in ts] for name, ts in times.items()},
            "median": {name: round(statistics.median(ts), 4) for name, ts in times.items()}}
     base = row["median"]["shipped"]
     for name, med in row["median"].items():
         print(f"{args.set} {name:<18} {med:.4f} ms/step ({(med / base - 1) * 100:+.2f} %)  rounds {times[name]}")
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(json.dumps(row) + "\n")
-    return row
+    return append_json(args.json, row)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,54 @@ def _captured(one_step, device) -> torch.cuda.CUDAGraph:
     return step.graph
 
 
+def decode_step(recipe: str, layers: int, batch: int, positions: int):
+    """The Llama-3-8B-shaped decoder (``layers`` deep, quantized with ``recipe`` unless bf16, glue compiled)
+    after a 64-token prefill, and its `bench e2e` decode step: the forward, the argmax, the position + 1. The
+    KV cache has room for ``positions`` steps. Returns (one_step, pos, prompt_len)."""
+    device = torch.device("cuda")
+    cfg = DecoderConfig.preset("llama3-8b", n_layers=layers)
+    model = build_decoder(cfg, device, torch.bfloat16, seed=0)
+    if recipe != "bf16":
+        quantize_(model, recipe)
+    model.fuse_glue()
+    prompt_len = 64
+    model.setup_cache(batch, round_up(prompt_len + positions, 64))
+    gen = torch.Generator(device="cpu").manual_seed(2)
+    prompt = torch.randint(0, cfg.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    with torch.no_grad():
+        first = model(prompt, None, True)
+    token = first[:, -1].argmax(-1, keepdim=True)
+    pos = torch.tensor([prompt_len], device=device)
+
+    @torch.no_grad()
+    def one_step():
+        logits = model(token, pos, False)
+        token.copy_(logits[:, -1].argmax(-1, keepdim=True))
+        pos.add_(1)
+        return logits
+
+    return one_step, pos, prompt_len
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    """Milliseconds a replay, ``replays`` back to back between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / replays
+
+
+def append_json(path: str | None, row: dict) -> dict:
+    """``row`` as one more line of the JSON-lines file ``path`` (none: nothing written)."""
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return row
+
+
 def _group(name: str) -> str:
     return name.split("(")[0][:60]
 
@@ -59,40 +107,17 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     device = torch.device("cuda")
-    cfg = DecoderConfig.preset("llama3-8b", n_layers=args.layers)
-    model = build_decoder(cfg, device, torch.bfloat16, seed=0)
-    if args.recipe != "bf16":
-        quantize_(model, args.recipe)
-    model.fuse_glue()
-    prompt_len = 64
-    model.setup_cache(args.batch, round_up(prompt_len + 64, 64))
-    gen = torch.Generator(device="cpu").manual_seed(2)
-    prompt = torch.randint(0, cfg.vocab_size, (args.batch, prompt_len), generator=gen).to(device)
-    with torch.no_grad():
-        first = model(prompt, None, True)
-        token = first[:, -1].argmax(-1, keepdim=True)
-        pos = torch.tensor([prompt_len], device=device)
-
-        def one_step():
-            logits = model(token, pos, False)
-            token.copy_(logits[:, -1].argmax(-1, keepdim=True))
-            return logits
-
-        graph = _captured(one_step, device)
-        for _ in range(5):
+    # positions: two warm-up calls, 5 + 20 timed replays and the profiled ones
+    one_step, _, _ = decode_step(args.recipe, args.layers, args.batch, 27 + args.replays)
+    graph = _captured(one_step, device)
+    for _ in range(5):
+        graph.replay()
+    torch.cuda.synchronize()
+    step_ms = replay_ms(graph, 20)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.replays):
             graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(20):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        step_ms = start.elapsed_time(end) / 20
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(args.replays):
-                graph.replay()
-                torch.cuda.synchronize()
+            torch.cuda.synchronize()
     kernels = _kernels(prof)
     per_replay = len(kernels) // args.replays
     spans, busies = [], []
@@ -119,10 +144,7 @@ def main(argv=None) -> dict:
           f"kernels {per_replay}, busy {row['busy_us']} µs, idle {row['idle_us']} µs")
     for name, count, total, gap in row["groups"][:25]:
         print(f"  {count:5d} x {name:<60} {total:9.1f} µs/step  mean gap before {gap:5.2f} µs")
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(json.dumps(row) + "\n")
-    return row
+    return append_json(args.json, row)
 
 
 if __name__ == "__main__":
