@@ -9,7 +9,8 @@ the shipped config's (max |d|). Families (first argument):
   ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8lt``: its warp-specialized GEMM with TMA
   stores at large M;
 * ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
-  decode configs, DIAG ones too);
+  decode configs, DIAG ones too); ``int8wm`` / ``int4m``: int8 / int4 weight-only at M = 17-256 (the
+  Triton mma candidates and the Gluon GEMM's tiles, split-K by stream-K included);
 * ``int4``: int4 weight-only's decode kernel (at M = 1 also DIAG programs); ``int4g``: its M = 1 GEMVs;
   ``int4s``: its Triton small-M kernel; ``int4l``: its Gluon GEMM at large M;
 * ``int4d`` / ``int8wd``: the weight-only decode kernels' DIAG programs with DG = 2, 4, 8 chunks a slot
@@ -115,6 +116,29 @@ def int4_large_grid():
         out.append(Q._tma_wgmma(bm, bn, 64, 8, stages, group_m, persistent))
     out += [Q._tma_wgmma(stages=s, stream_k=True) for s in (4, 5, 6)]
     return out
+
+
+def _wo_mid_tiles():
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, stream-K) of the register-operand Gluon GEMM at M = 17-256:
+    x tiles of 64 or 128 rows, 64 or 128 weight rows, and with stream-K every tile cut along K where
+    the tiles are fewer than half the SMs (split-K)."""
+    out = []
+    for bm, (bn, warps), bk, stages, sk in itertools.product((64, 128), ((64, 4), (128, 8)), (64, 128), (3, 4, 6),
+                                                           (False, True)):
+        if stages * (bm * bk * 2 + bn * bk) <= 227 * 1024:
+            out.append((bm, bn, bk, warps, stages, sk))
+    return out
+
+
+def int8_wo_mid_grid():
+    """int8 weight-only at M = 17-256: the shipped candidates (Triton mma) and the Gluon GEMM's tiles."""
+    return W.candidate_configs(128, 4096, 4096) + [W._tma_wgmma_config(bm, bn, bk, w, st, stream_k=sk)
+                                                   for bm, bn, bk, w, st, sk in _wo_mid_tiles()]
+
+
+def int4_mid_grid():
+    return Q.candidate_configs(128, 4096, 4096) + [Q._tma_wgmma(bm, bn, bk, w, st, stream_k=sk)
+                                                   for bm, bn, bk, w, st, sk in _wo_mid_tiles()]
 
 
 def int8_wo_gemv_grid():
@@ -227,7 +251,8 @@ GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_
          "int8wg": (W, int8_wo_gemv_grid),
          "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
          "int4l": (Q, int4_large_grid), "int4d": (Q, int4_dg_grid), "int8wd": (W, int8_wo_dg_grid),
-         "int4si": (Q, int4_scale_in_grid), "int4dk64": (Q, int4_dk64_grid)}
+         "int4si": (Q, int4_scale_in_grid), "int4dk64": (Q, int4_dk64_grid),
+         "int8wm": (W, int8_wo_mid_grid), "int4m": (Q, int4_mid_grid)}
 
 
 def main():

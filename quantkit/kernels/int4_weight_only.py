@@ -28,19 +28,20 @@ Kernels (the reasoning, per-cell byte counts and predicted times are in notes/in
     A nibble becomes a float with one LOP3: ``(word & (0xF << p)) | 0x4B000000`` is 2^23 + q·2^p
     exactly; ``- 2^23`` gives q·2^p and 2^-p goes into the activation. Per group
     ``s * (sum q*x - z * sum x)``. Grid (N / BLOCK_N, M).
-  * ``_mma_kernel`` (M > 16, ``{"kernel": "mma"}``): acc[BM, BN] += x tile · W tile^T with the
-    weight dequantized in the K loop (PTX: PRMT + LOP3 + packed FMA, codes in natural order).
+  * ``_mma_kernel`` (M > 16 where the Gluon kernel below cannot run, ``{"kernel": "mma"}``):
+    acc[BM, BN] += x tile · W tile^T with the weight dequantized in the K loop (PTX: PRMT + LOP3 + packed FMA, codes in natural order).
     ``SCALE_IN`` multiplies by the scale there as well (one rounding of (q - z)·s to the activation
     dtype, as a bf16 weight would be); without it the dot takes q - z and the float32 partial
     product of the tile is scaled (BLOCK_K <= g). Grouped launch order, software-pipelined loads.
     With ``SPLIT_K`` > 1 the K range is split across programs that write float32 partials to a
     workspace [SPLIT_K, M, N] summed by ``_splitk_reduce_kernel`` (fixed order, adds the bias, casts).
-  * The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (large M on sm_90, ``{"kernel":
-    "tma_wgmma"}``, the default for 512 <= M < 2048): TMA ring of x tiles and packed weight tiles,
+  * The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (M > 16 on sm_90, ``{"kernel":
+    "tma_wgmma"}``, the default for 16 < M <= 256 and 512 <= M < 2048; at M <= 256 with few output
+    tiles, split-K by its stream-K pieces): TMA ring of x tiles and packed weight tiles,
     each packed byte converted in registers to ((q0 - z)·s, (q1 - z)·s) rounded once to x.dtype (the
     numerics of ``SCALE_IN`` and ``dequant_mm``) straight into wgmma's register A operand, Y^T tiles.
     Needs bf16/fp16 x with scales of the same dtype, K % 32 == 0 and whole groups per K step;
-    elsewhere ``dequant_mm`` runs instead.
+    elsewhere ``_mma_kernel`` (M < 512) or ``dequant_mm`` runs instead.
   * ``_dequant_kernel`` + cuBLAS (large M, ``{"kernel": "dequant_mm"}``, the default from M = 2048):
     the weight is dequantized into a temporary [N, K] tensor of x.dtype ((q - z)·s rounded once, as
     ``SCALE_IN``) and ``F.linear`` runs the GEMM. Where the GEMM is compute-bound this costs the
@@ -719,6 +720,21 @@ def _default_mma(M: int, N: int, K: int) -> dict:
     return _mma(128, 128, 64, 1, 8, 4, True)
 
 
+def _mid_tma_wgmma(M: int, N: int) -> dict:
+    """The Gluon kernel for 16 < M <= 256 (:func:`quantkit.kernels.wo_gemm_sm90.mid_m_config`; BLOCK_K
+    clamped to the group size at launch): on the H100 it took M = 128 from 0.78 / 0.96 / 0.77x of bf16
+    (the Triton ``mma`` kernel) to 1.18-1.55x (notes/int4_weight_only.md, round 20)."""
+    from quantkit.kernels.wo_gemm_sm90 import mid_m_config
+
+    return mid_m_config(M, N)
+
+
+def _fallback_config(M: int, N: int, K: int) -> dict:
+    """Where the Gluon kernel cannot run (not sm_90, float32 x, scales of another dtype, K % 32 != 0):
+    the Triton kernel below _DEQUANT_MM_MIN_M, cuBLAS on the dequantized weight from there."""
+    return _default_mma(M, N, K) if M < _DEQUANT_MM_MIN_M else _dequant_mm()
+
+
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config valid for every problem (the fallback when no tuned entry exists)."""
     if M <= _SMALL_MAX_M:
@@ -732,7 +748,7 @@ def default_config(M: int, N: int, K: int) -> dict:
         # large share of cuBLAS' time; from ~2K rows the pass is paid back (H100 sweep: 0.81-0.95x of
         # dequant_mm's time at M = 1024, 1.03-1.18x at M = 4096).
         return _tma_wgmma() if M < _TMA_WGMMA_MAX_M else _dequant_mm()
-    return _default_mma(M, N, K)
+    return _mid_tma_wgmma(M, N) if M <= 256 else _default_mma(M, N, K)
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
@@ -758,8 +774,19 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         return [_small(16, 4, 4, 4), _small(64, 4, 4, 3), _decode(4, 4, xpf=False),
                 _decode(2, 4), _decode(1, 4), _decode(1, 8), _decode(2, 8)]
     if M <= 256:
-        return [_mma(64, 64, 128, 1, 4, 4, False), _mma(64, 128, 64, 2, 4, 4, True), _mma(64, 64, 128, 2, 4, 4, False),
-                _mma(64, 128, 64, 1, 4, 4, True), _mma(128, 128, 64, 1, 8, 4, True)]
+        # The Gluon kernel's tiles that led the H100 probe at M = 128 (notes/int4_weight_only.md, round 20);
+        # the Triton kernel's configs, which the sweeps had shipped before, were 13-50 % behind at M = 128-256
+        bm = 64 if M <= 64 else 128
+        cands = [_mid_tma_wgmma(M, N), _tma_wgmma(bm, 64, 128, 4, 4, stream_k=True),
+                 _tma_wgmma(bm, 128, 128, 8, 4, stream_k=True), _tma_wgmma(bm, 64, 128, 4, 3),
+                 _tma_wgmma(256, 128, 64, 8, 4, stream_k=True) if M > 128 else _tma_wgmma(bm, 128, 128, 8, 4)]
+        if M <= 64:  # at M = 32 on 4096 x 4096 and 4096 x 14336 the Triton kernel still led (by 2-7 %)
+            cands += [_tma_wgmma(64, 64, 128, 4, 4), _default_mma(M, N, K)]
+        unique = []
+        for c in cands:
+            if c not in unique:
+                unique.append(c)
+        return unique[:8]
     return [_mma(128, 128, 64, 1, 8, 4, True), _dequant_mm(),
             _dequant_mm(16, 512, 4), _tma_wgmma(), _tma_wgmma(stages=6), _tma_wgmma(persistent=True),
             _tma_wgmma(stages=6, persistent=True), _tma_wgmma(stream_k=True)]
@@ -936,7 +963,8 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
                                                           config["BLOCK_K"]):
             return wo_gemm_sm90.launch_int4(x, weight_packed, weight_scale, weight_zero_point, bias, group_size,
                                             config)
-        config, kind = _dequant_mm(), "dequant_mm"  # where the Gluon kernel cannot run
+        config = _fallback_config(M, N, K)  # where the Gluon kernel cannot run
+        kind = config["kernel"]
     if kind == "dequant_mm" and M > 0 and N > 0:
         return _run_dequant_mm(x, weight_packed, weight_scale, weight_zero_point, bias, group_size, config)
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)

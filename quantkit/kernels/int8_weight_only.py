@@ -30,7 +30,7 @@ Kernels (the config, chosen by problem size, names one; see :func:`default_confi
             Triton loads the int8 operand with 8-byte ``LDS.64`` (the k order is permuted the same
             way in both operands), ~2 instructions per weight element for conversion.
             One launch, nothing allocated but the output.
-    mma     wgmma ("swap AB"), for 16 < M <= 256: computes Y^T tiles = W_tile · X_tile^T so that
+    mma     wgmma ("swap AB"), for 16 < M <= 256 where ``tma_wgmma`` cannot run: computes Y^T tiles = W_tile · X_tile^T so that
             the dequantized weight tile is the left operand of ``tl.dot`` (registers on sm_90's
             wgmma; the activation tile is read from shared memory), software-pipelined over K,
             grouped tile order for L2 reuse; split-K where the tiles are fewer than the SMs.
@@ -41,7 +41,7 @@ Kernels (the config, chosen by problem size, names one; see :func:`default_confi
             step's wgmmas before that single buffer is rewritten, so only other CTAs overlap the
             conversion with MMAs; x tiles are cp.async-pipelined. The M > 256 kernel wherever the
             Gluon one below cannot run (fp32 x, not sm_90, K % 16 != 0, unaligned rows).
-    tma_wgmma  for M > 256 on sm_90 (and M <= 16 on wide layers): the Gluon kernel of
+    tma_wgmma  for M > 16 on sm_90 (and M <= 16 on wide layers): the Gluon kernel of
             :mod:`quantkit.kernels.wo_gemm_sm90` (TMA ring, Y^T tiles with the converted weight as
             the register operand of an asynchronous wgmma, the next tile converted while the
             previous MMA runs), 1.6-1.8x the speed of ``mma_ss`` on the H100.
@@ -437,6 +437,18 @@ def _stream_block_n(N: int) -> int:
     return 32 if ceil_div(N, 32) >= 2 * _NUM_SMS_H100 else 16
 
 
+def _mma_default(M: int, N: int, K: int) -> dict:
+    """The Triton wgmma kernel's config for 16 < M <= 256: what runs there where the Gluon kernel cannot
+    (not sm_90, float32 x, K % 16 != 0, unaligned rows)."""
+    if M <= 64:
+        block_m = max(16, _pow2_at_least(M))
+        split = _split_for(ceil_div(N, 64), ceil_div(K, 128), 2 * _NUM_SMS_H100, 4)
+        return _mma_config(64, block_m, 128, 4, 4, split)
+    return _mma_config(64, 128, 128, 4, 4)
+
+
+
+
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config, valid for every problem (the tuned tables override it per GPU)."""
     if M == 1:
@@ -455,12 +467,12 @@ def default_config(M: int, N: int, K: int) -> dict:
             return _decode_config(2, 4)
         block_n = _stream_block_n(N)
         return _stream_config(block_n, 512 if block_n == 16 else 256, 4, 4)
-    if M <= 64:
-        block_m = max(16, _pow2_at_least(M))
-        split = _split_for(ceil_div(N, 64), ceil_div(K, 128), 2 * _NUM_SMS_H100, 4)
-        return _mma_config(64, block_m, 128, 4, 4, split)
     if M <= 256:
-        return _mma_config(64, 128, 128, 4, 4)
+        # The Gluon register-operand kernel (its fallback: _mma_default): on the H100 it took M = 128 from
+        # 0.90 / 1.06 / 1.14x of bf16 (the Triton kernel) to 1.13-1.42x (notes/int8_weight_only.md, round 20)
+        from quantkit.kernels.wo_gemm_sm90 import mid_m_config
+
+        return mid_m_config(M, N, _NUM_SMS_H100)
     # The Gluon register-operand kernel (sm_90, 16-bit x, K % 16 == 0; mma_ss 256x128x64 elsewhere):
     # 1.6-1.8x faster than mma_ss and 1.2-1.3x faster than round 4's shared-operand Gluon kernels in
     # the H100 sweep. 256 x rows per tile: each converted weight
@@ -515,26 +527,20 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
             # program from a TMA ring: 7 % faster than `stream` at 14336 x 4096, M = 16 (H100 probe;
             # 1.2-1.8x slower where N / 64 programs leave SMs idle, and at M = 1).
             cands.append(_tma_wgmma_config(16, 64, 256, 4, 4))
-    elif M <= 64:
-        bm = max(16, _pow2_at_least(M))
-        s64 = _split_for(ceil_div(N, 64), ceil_div(K, 128), 2 * _NUM_SMS_H100, 4)
-        cands = [
-            _mma_config(64, bm, 128, 4, 4, s64),
-            _mma_config(64, bm, 128, 4, 4, 2 * s64),
-            _stream_config(_stream_block_n(N), 256, 4, 4),
-        ]
     elif M <= 256:
-        def s(bn: int, bm: int, bk: int) -> int:
-            return _split_for(ceil_div(N, bn) * ceil_div(M, bm), ceil_div(K, bk), _NUM_SMS_H100, 8)
-
+        # The Gluon kernel's tiles that led the H100 probe at M = 128 (notes/int8_weight_only.md, round 20);
+        # the Triton kernel's configs, which the sweeps had shipped before, were 13-30 % behind at M = 128-256
+        bm = 64 if M <= 64 else 128
         cands = [
-            _mma_config(64, 128, 128, 4, 4),
-            _mma_config(64, 64, 128, 4, 4),
-            _mma_config(128, 128, 64, 8, 4),
-            _mma_config(128, 128, 128, 8, 3),
-            _mma_config(128, 128, 64, 8, 4, s(128, 128, 64)),
-            _mma_config(128, 128, 128, 8, 3, s(128, 128, 128)),
+            _tma_wgmma_config(bm, 64, 128, 4, 4, stream_k=True),
+            _tma_wgmma_config(bm, 128, 128, 8, 4, stream_k=True),
+            _tma_wgmma_config(64, 64, 128, 4, 6),
+            _tma_wgmma_config(bm, 128, 128, 8, 4),
+            _tma_wgmma_config(256, 128, 64, 8, 4, stream_k=True) if M > 128
+            else _tma_wgmma_config(64, 128, 128, 8, 6, stream_k=True),
         ]
+        if M <= 64:  # at M = 32-64 on 4096 x 4096 the Triton kernel still led (by 3-8 %)
+            cands.append(_mma_default(M, N, K))
     else:
         cands = [
             _mma_ss_config(256, 128, 64, 8, 3),
@@ -644,8 +650,8 @@ def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
     if kind in ("tma_wgmma", "decode"):  # where the Gluon kernels cannot run (linear() tries them first)
         cfg = default_config(M, N, K)
         if cfg["kernel"] in ("tma_wgmma", "decode"):
-            cfg = (_mma_ss_config(256, 128, 64, 8, 3) if M > 16 else _gemv_config(16, 512, 4, 3) if M == 1
-                   else _stream_config(16, 512, 4, 4))
+            cfg = (_mma_ss_config(256, 128, 64, 8, 3) if M > 256 else _mma_default(M, N, K) if M > 16
+                   else _gemv_config(16, 512, 4, 3) if M == 1 else _stream_config(16, 512, 4, 4))
         kind = cfg["kernel"]
     bias_arg = bias if bias is not None else weight_scale  # never read without HAS_BIAS
     if kind == "gemv":

@@ -32,7 +32,8 @@ its steps are numbered across its tiles, so the ring runs on across tile boundar
 Stream-K (``STREAM_K``, persistent). When the tiles leave the last wave at most half full (448 tiles
 of 256 x 128 on 132 SMs at 14336 x 4096, M = 1024: 3 waves and 52 tiles), the whole waves run as plain
 tiles and each remaining tile is cut along K into 2-4 equal pieces, one per program
-(:func:`stream_k_split`). The program whose piece arrives last combines them, counted by an atomic
+(:func:`stream_k_split`). With fewer tiles than half the SMs (M = 128 at N = 4096: 32 tiles of 128 x 128)
+there is no whole wave, and every tile is cut: split-K, combined in the kernel. The program whose piece arrives last combines them, counted by an atomic
 counter per tile (zeroed per call by a one-program kernel that the GEMM follows as a programmatic
 dependent): the other pieces go through a float32 workspace in the output's allocation, the last
 one straight from the idle ring's shared memory. Pieces are summed in a fixed order, so the output
@@ -554,6 +555,22 @@ def check_config(cfg: dict, family: str, weight_bits: int = 8) -> None:
         bad("PERSISTENT and STREAM_K must be booleans")
 
 
+def mid_m_config(M: int, N: int, num_sms: int = 132) -> dict:
+    """The config for 16 < M <= 256 where no tuned entry exists (both weight widths; the H100's SM count
+    by default, as the other heuristics). Where 128-row weight tiles fill at least half the SMs, 128
+    weight rows a program (256 x rows past M = 128); else 64, and the few tiles cut along K (stream-K's
+    split). From the H100 sweep over M = 32-256 on the Llama shapes (notes/int8_weight_only.md, round 20):
+    within 0-8 % of the best candidate at M = 64-256, against 13-30 % behind for the Triton kernel."""
+    bm = 64 if M <= 64 else 128
+    cfg = {"kernel": "tma_wgmma", "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4,
+           "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
+    if 2 * ceil_div(N, 128) * ceil_div(M, bm) >= num_sms:
+        cfg.update(BLOCK_N=128, num_warps=8)
+        if M > 128:
+            cfg.update(BLOCK_M=256, BLOCK_K=64)
+    return cfg
+
+
 def usable(x: torch.Tensor, weight_q: torch.Tensor) -> bool:
     """Whether the kernel can take x and the weight's bytes [N, K] (int8) or [N, K / 2] (packed int4):
     see the module docstring's requirements."""
@@ -618,8 +635,10 @@ def stream_k_split(M: int, N: int, K: int, cfg: dict, num_sms: int, block_k: int
             or int(cfg["BLOCK_M"]) % 64:
         return None
     tiles = ceil_div(M, int(cfg["BLOCK_M"])) * ceil_div(N, int(cfg["BLOCK_N"]))
+    # With fewer tiles than half the SMs (M = 128 at N = 4096: 32-64 tiles) there is no whole wave:
+    # every tile is cut, which is split-K with the pieces combined in the kernel.
     sk_tiles = tiles % num_sms
-    if tiles <= num_sms or sk_tiles == 0 or 2 * sk_tiles > num_sms:
+    if sk_tiles == 0 or 2 * sk_tiles > num_sms:
         return None
     num_k = k_steps(K, block_k or int(cfg["BLOCK_K"]))
     least = max(ceil_div(sk_tiles * num_k, num_sms), ceil_div(num_k, SK_MAX_PIECES.value),
@@ -628,6 +647,16 @@ def stream_k_split(M: int, N: int, K: int, cfg: dict, num_sms: int, block_k: int
         if num_k % sk_len == 0 and sk_len % 2 == 0:
             return tiles - sk_tiles, sk_tiles, sk_len
     return None
+
+
+def grid_programs(tiles: int, num_sms: int, num_k: int, split: tuple[int, int, int] | None, persistent: bool) -> int:
+    """The kernel's grid: one program a tile, or with ``persistent`` at most one an SM; with a stream-K
+    ``split`` (:func:`stream_k_split`) enough programs for the whole tiles' waves and for one piece each
+    (all the SMs when there are whole waves, else exactly the pieces)."""
+    if split is None:
+        return min(tiles, num_sms) if persistent else tiles
+    dp_tiles, sk_tiles, sk_len = split
+    return min(num_sms, max(dp_tiles, sk_tiles * (num_k // sk_len)))
 
 
 def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group_size: int, cfg: dict):
@@ -645,8 +674,8 @@ def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
     sms = _num_sms(x.device.index or 0)
     split = stream_k_split(M, N, K, cfg, sms, bk)
-    grid = (min(tiles, sms) if cfg.get("PERSISTENT") else tiles,)
     num_k = k_steps(K, bk)
+    grid = (grid_programs(tiles, sms, num_k, split, bool(cfg.get("PERSISTENT"))),)
     opts = {}
     if split is None:
         out = torch.empty((M, N), dtype=x.dtype, device=x.device)

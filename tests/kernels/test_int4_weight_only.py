@@ -564,8 +564,8 @@ def test_every_kernel_variant_gpu():
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     packed, scale, zero = R.quantize_weight_int4(w, 128, False, torch.bfloat16)
     seen, compared = set(), set()
-    for m_bucket in (1, 16, 128, 1024):
-        m = {128: 100, 16: 13}.get(m_bucket, m_bucket)  # partial M tiles too
+    for m_bucket in (1, 16, 32, 128, 1024):  # (at 32 the Triton tile kernel is still a candidate)
+        m = {128: 100, 32: 27, 16: 13}.get(m_bucket, m_bucket)  # partial M tiles too
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         ref32 = reference64(x, packed, scale, zero, None, 128)
         ref_rounded = reference64(x, packed, scale, zero, None, 128, torch.bfloat16)

@@ -180,14 +180,14 @@ def test_random_inputs_within_fp32_bound(kernel_device, name, M, N, K, config, d
     _assert_within_fp32_bound(ref, x, weight_q, weight_scale, bias, f"{name} reference (sanity)")
 
 
-@pytest.mark.parametrize("M,kind", [(1, "decode"), (3, "decode"), (5, "stream"), (16, "stream"), (80, "mma"),
+@pytest.mark.parametrize("M,kind", [(1, "decode"), (3, "decode"), (5, "stream"), (16, "stream"), (80, "tma_wgmma"),
                                     (300, "tma_wgmma")])
 def test_default_config_dispatch(kernel_device, M, kind):
     """config=None: the DIAG decode programs at M = 1-4 (K = 200 is not a multiple of their chunk, so the
     GEMV runs at M = 1 and the stream kernel at 2-4: the fallbacks elsewhere too), the streaming tensor-core
-    kernel up to 16 rows, wgmma tiles
-    with the weight in registers up to 256 rows, the Gluon TMA kernel above (K = 200 is not a multiple
-    of 16, so there the mma_ss fallback runs); N, K off the tiles."""
+    kernel up to 16 rows, the Gluon TMA kernel above (K = 200 is not a multiple of 16, so there the
+    Triton fallbacks run: wgmma tiles with the weight in registers up to 256 rows, mma_ss above);
+    N, K off the tiles."""
     k = _module()
     N, K = 96, 200
     assert k.default_config(M, N, K)["kernel"] == kind
@@ -197,6 +197,11 @@ def test_default_config_dispatch(kernel_device, M, kind):
         plan = k._plan(x, torch.empty(N, K, dtype=torch.int8), torch.empty(N), None, torch.empty(1, N), 1, N, K,
                        k.default_config(1, N, K))
         assert plan[0][0] is k._gemv_fast
+    if 16 < M <= 256:  # (above, mma_ss; with these unaligned rows, the mma kernel again)
+        x = torch.empty(M, K, dtype=torch.bfloat16)
+        plan = k._plan(x, torch.empty(N, K, dtype=torch.int8), torch.empty(N), None, torch.empty(M, N), M, N, K,
+                       k.default_config(M, N, K))
+        assert plan[0][0] is k._mma_fast
     x, weight_q, weight_scale, bias = _layer_inputs(M, N, K, torch.bfloat16, kernel_device, bias=True)
     y = k.linear(x, weight_q, weight_scale, bias)
     _assert_within_fp32_bound(y, x, weight_q, weight_scale, bias, f"default config at M={M}")
@@ -453,12 +458,12 @@ def _sm90_check_main() -> None:
                 for cfg in k.candidate_configs(m, n, kk)]
     # Every kernel, each with its largest candidate tiles: other dtypes and unaligned rows.
     for m, cfg in [(1, k._gemv_config(16, 512, 4, 3)), (1, k._stream_config(16, 512, 4, 4)),
-                   (16, k._stream_config(32, 512, 8, 3)), (32, k.default_config(32, 4096, 4096)),
+                   (16, k._stream_config(32, 512, 8, 3)), (32, k._mma_default(32, 4096, 4096)),
                    (128, k._mma_config(64, 128, 128, 4, 4)), (1024, k._mma_config(128, 256, 64, 8, 3)),
                    (1024, k._mma_ss_config(256, 128, 64, 8, 3)), (1024, k._mma_ss_config(128, 256, 64, 8, 3))]:
         problems += [(m, 4096, 4096, torch.float16, True, cfg), (m, 4096, 4096, torch.float32, True, cfg),
                      (m, 4096, 4100, torch.bfloat16, False, cfg)]
-    problems.append((32, 4096, 4096, torch.bfloat16, False, k.default_config(32, 4096, 4096)))  # split-K, graph test
+    problems.append((32, 4096, 4096, torch.bfloat16, False, k._mma_default(32, 4096, 4096)))  # split-K, graph test
     jobs, seen = [], set()
     for m, n, kk, dtype, has_bias, cfg in problems:
         # torch.empty does not touch the pages: real shapes and strides at no memory cost.
@@ -694,7 +699,7 @@ def test_gpu_split_k_under_cuda_graph():
     """The split-K path (workspace from the caching allocator + epilogue launch) captured in a graph."""
     k = _module()
     weight_q, weight_scale = quantize_weight_int8_per_channel(torch.randn(256, 4096, device="cuda") * 0.02)
-    cfg = k.default_config(32, 4096, 4096)  # a split-K config whose compilation the SASS check covers
+    cfg = k._mma_default(32, 4096, 4096)  # a split-K config whose compilation the SASS check covers
     assert cfg["kernel"] == "mma" and cfg["SPLIT_K"] > 1
     static_x = torch.randn(32, 4096, device="cuda", dtype=torch.bfloat16)
     side = torch.cuda.Stream()

@@ -30,7 +30,7 @@ def _candidates():
     from quantkit.kernels import int8_weight_only as k
 
     seen = []
-    for m in (16, 1024, 4096):
+    for m in (16, 128, 1024, 4096):
         for n, kk in ((4096, 4096), (14336, 4096), (4096, 14336)):
             for c in k.candidate_configs(m, n, kk):
                 if c["kernel"] == "tma_wgmma" and c not in seen:
@@ -169,12 +169,12 @@ def _compile_int4() -> list:
     return failures
 
 
-def test_candidates_are_offered_for_large_m_and_wide_decode_layers():
+def test_candidates_are_offered_above_16_rows_and_for_wide_decode_layers():
     from quantkit.kernels import int8_weight_only as k
 
     assert _candidates(), "no Gluon config among the candidates"
-    for m, n, offered in [(1, 14336, False), (16, 4096, False), (16, 14336, True), (128, 14336, False),
-                          (1024, 4096, True)]:
+    for m, n, offered in [(1, 14336, False), (16, 4096, False), (16, 14336, True), (32, 4096, True),
+                          (128, 14336, True), (1024, 4096, True)]:
         got = any(c["kernel"] == "tma_wgmma" for c in k.candidate_configs(m, n, 4096))
         assert got == offered, (m, n)
 
@@ -189,10 +189,10 @@ def _kernel_schedule(M, N, K, cfg, sms, bk):
 
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     tiles = ceil_div(M, bm) * ceil_div(N, bn)
-    nprog = min(tiles, sms)
     num_k = 2 * ceil_div(K, 2 * bk)
     stages = g._ring_stages(cfg, num_k)
     split = g.stream_k_split(M, N, K, cfg, sms, bk)
+    nprog = g.grid_programs(tiles, sms, num_k, split, True)
     dp_tiles, sk_tiles, sk_len = split if split else (tiles, 0, 0)
     programs = []
     for pid in range(nprog):
@@ -245,6 +245,11 @@ def _kernel_schedule(M, N, K, cfg, sms, bk):
     (2000, 2304, 128, 4, 132, 64),     # 2 K steps: no piece can be cut
     (1000, 2000, 1040, 5, 7, 64),      # 64 tiles on 7 SMs, 18 K steps: 9 waves + 1 tile in thirds
     (4096, 4096, 4096, 4, 128, 64),    # whole waves: no stream-K
+    (128, 4096, 4096, 4, 132, 64),     # 32 tiles, no whole wave: every tile in quarters (split-K)
+    (200, 4096, 14336, 6, 132, 64),    # 32 tiles, 224 K steps: quarters of 56
+    (100, 8192, 4096, 4, 132, 32),     # 64 tiles, int4 group 32 (128 K steps): halves
+    (128, 8960, 4096, 4, 132, 64),     # 70 tiles, more than half the SMs: plain
+    (64, 1000, 96, 4, 132, 64),        # 8 tiles of 2 K steps: no piece can be cut
 ])
 def test_stream_k_schedule_model(M, N, K, stages, sms, bk):
     """Every (tile, K step) is computed exactly once, within the grid; every unit is even and at least
@@ -261,10 +266,12 @@ def test_stream_k_schedule_model(M, N, K, stages, sms, bk):
     rest = info["tiles"] % sms
     cuts = [n for n in range(2, num_k) if num_k % n == 0 and n % 2 == 0 and n >= info["stages"] - 1
             and 4 * n >= num_k and n * sms >= rest * num_k]
-    if info["tiles"] <= sms or rest == 0 or 2 * rest > sms or not cuts:
+    if rest == 0 or 2 * rest > sms or not cuts:
         assert split is None  # no partial wave, one more than half full, or no piece length fits
     else:
         assert split == (info["tiles"] - rest, rest, cuts[0])
+        # every SM busy where there are whole waves, else one program a piece
+        assert info["nprog"] == (sms if info["tiles"] > sms else rest * (num_k // cuts[0]))
     covered = {}
     pieces: dict[int, list] = {}
     for pid, prog in enumerate(programs):
@@ -339,6 +346,8 @@ def _sm90():
     (1030, 4096, 128, torch.bfloat16, False, torch.float32),  # K shorter than the ring
     (4096, 136, 14336, torch.float16, True, torch.float16),   # one tile column, long K
     (1030, 4096, 4096, torch.bfloat16, True, torch.float32),  # 160 tiles: stream-K pieces of 16 steps
+    (128, 4096, 4096, torch.bfloat16, True, torch.float32),   # 32 tiles, no whole wave: split-K in quarters
+    (100, 1000, 2048, torch.float16, False, torch.bfloat16),  # 8 tiles with M and N tails, split-K
 ])
 def test_gpu_edges_against_the_float32_bound(M, N, K, dtype, bias, scale_dtype):
     _sm90()
@@ -368,6 +377,8 @@ _INT4_CASES = [  # (M, N, K, group, dtype, bias): M, N and K tails, every group 
     (1030, 4096, 4096, 64, torch.float16, True),    # 160 tiles: stream-K pieces across group boundaries
     (1030, 4096, 4096, 32, torch.bfloat16, False),  # stream-K with K steps of 32 (BLOCK_K clamped to the group)
     (1030, 4096, 3328, 256, torch.bfloat16, True),  # 4 K steps a group; stream-K halves start mid-group (step 26)
+    (128, 4096, 4096, 128, torch.bfloat16, True),   # 32 tiles, no whole wave: split-K in quarters
+    (100, 1000, 2048, 64, torch.float16, False),    # 8 tiles with M and N tails, split-K
 ]
 
 
@@ -384,7 +395,10 @@ def test_gpu_int4_edges_against_the_bound(M, N, K, g, dtype, bias):
     torch.manual_seed(2)
     x, packed, scale, zero, b, _ = make_problem(M, N, K, g, dtype, "cuda", bias=bias)
     ref = reference64(x, packed, scale, zero, b, g, dtype)
-    for cfg in [c for c in k4.candidate_configs(4096, 4096, 4096) if c["kernel"] == "tma_wgmma"]:
+    cfgs = []
+    for m, n in ((4096, 4096), (128, 4096), (128, 14336)):  # large M; M = 17-256 (64-row weight tiles, split-K)
+        cfgs += [c for c in k4.candidate_configs(m, n, 4096) if c["kernel"] == "tma_wgmma" and c not in cfgs]
+    for cfg in cfgs:
         assert g4.usable_int4(x, packed, scale, g, cfg["BLOCK_K"])
         y = k4.linear(x, packed, scale, zero, b, g, config=cfg)
         assert_output(y, ref, f"M={M} N={N} K={K} g={g} {dtype} {cfg}", tc_steps(cfg, K))
@@ -440,8 +454,9 @@ def test_gpu_strided_rows_and_cuda_graph():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("M", [1030, 128], ids=["partial-wave", "split-k"])
 @pytest.mark.parametrize("int4", [False, True], ids=["int8", "int4"])
-def test_gpu_stream_k_graph_plan_and_one_allocation(int4):
+def test_gpu_stream_k_graph_plan_and_one_allocation(int4, M):
     """A stream-K launch (zeroing kernel, then the GEMM as its programmatic dependent): captured in a
     CUDA graph and replayed, recorded and replayed by a launch plan, equal to the eager output bit for
     bit; its pieces' sums live in the output's one allocation; the pieces really are combined (the
@@ -456,7 +471,7 @@ def test_gpu_stream_k_graph_plan_and_one_allocation(int4):
     from tests.kernels.test_int4_weight_only import make_problem
 
     torch.manual_seed(5)
-    M, N, K = 1030, 4096, 4096
+    N, K = 4096, 4096
     if int4:
         x, packed, scale, zero, _, _ = make_problem(M, N, K, 128, torch.bfloat16, "cuda")
         cfg = k4._tma_wgmma(stream_k=True)
