@@ -6,7 +6,7 @@ the shipped config's (max |d|). Families (first argument):
   kernel after one quantization launch); ``fp8m``: its kernels at M = 17-256; ``fp8g``: its Gluon GEMM
   with narrow tiles;
 * ``int8``: int8-dynamic at M <= 16 (``fused``, ``stream``, decode); ``int8g``: its M = 1 GEMVs;
-  ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8lt``: its warp-specialized GEMM with TMA
+  ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8ms``: its Gluon GEMM with split-K at M = 17-256; ``int8lt``: its warp-specialized GEMM with TMA
   stores at large M;
 * ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
   decode configs, DIAG ones too); ``int8wm`` / ``int4m``: int8 / int4 weight-only at M = 17-256 (the
@@ -83,6 +83,15 @@ def int8_large_tma_grid():
                                (128, 128, 64, 10)]:
         for group_m in (8, 16):
             out.append(I._two_pass(bm, bn, bk, 8, stages, mode="gluon_ws", group_m=group_m, epi="tma"))
+    return out
+
+
+def int8_mid_split_grid():
+    """int8-dynamic at M = 17-256: the shipped candidates and the Gluon GEMM with split-K (int32 partials)."""
+    out = list(I.candidate_configs(128, 4096, 4096))
+    for (bm, bn, warps), split, stages in itertools.product([(64, 64, 4), (64, 128, 4), (128, 64, 8), (128, 128, 8),
+                                                             (128, 256, 8)], (1, 2, 4, 8), (4, 6)):
+        out.append(I._two_pass(bm, bn, 128, warps, stages, mode="gluon", pdl=True, split_k=split))
     return out
 
 
@@ -252,7 +261,7 @@ GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_
          "int4": (Q, int4_grid), "int4g": (Q, int4_gemv_grid), "int4s": (Q, int4_small_grid),
          "int4l": (Q, int4_large_grid), "int4d": (Q, int4_dg_grid), "int8wd": (W, int8_wo_dg_grid),
          "int4si": (Q, int4_scale_in_grid), "int4dk64": (Q, int4_dk64_grid),
-         "int8wm": (W, int8_wo_mid_grid), "int4m": (Q, int4_mid_grid)}
+         "int8wm": (W, int8_wo_mid_grid), "int4m": (Q, int4_mid_grid), "int8ms": (I, int8_mid_split_grid)}
 
 
 def main():

@@ -25,6 +25,11 @@ finished half tile to a TMA store from its own shared-memory buffer and goes str
 tile's K loop (the row stores held it until they had issued): 0.3-6 % faster layers at M = 1024-4096
 (round 17 probe), the shipped choice at 4096², 14336 × 4096 and the K/V projection at M ≥ 1024.
 
+Split-K (``SPLIT_K`` > 1, plain kernel only; grid (tiles, splits)): each split multiplies its own range of
+K steps and stores its raw int32 sums in a workspace [splits, M, N], which the family's Triton reduction
+sums (exactly, in any order) and scales: the pointer kernel's split-K with this kernel's K loop. At M = 128
+and N = 4096 that cuts 32-64 tiles into 64-128 programs (notes/int8_dynamic.md, round 20).
+
 Numerics: exact int32 accumulation in the tensor cores (|Σ| ≤ K·127² < 2³¹ for K < 133,000), then the
 family's epilogue, in the same order and without FMA contraction (``enable_fp_fusion=False``), so the
 output is bit-identical to the Triton kernels' on the same codes.
@@ -50,15 +55,16 @@ from quantkit.reference.common import ceil_div
 
 
 @gluon.jit
-def _issue(k, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES: gl.constexpr):
-    """TMA loads of K step k into slot k % STAGES (nothing past the last step)."""
+def _issue(k, num_k, k0, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES: gl.constexpr):
+    """TMA loads of the program's K step k (the matrix's step k0 + k) into slot k % STAGES (nothing past
+    the program's last step)."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     s = k % STAGES
     pred = k < num_k
     mbarrier.expect(ready.index(s), nbytes, pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], ready.index(s), a_ring.index(s), pred=pred)
-    tma.async_copy_global_to_shared(b_desc, [off_n, k * BLOCK_K], ready.index(s), b_ring.index(s), pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [off_m, (k0 + k) * BLOCK_K], ready.index(s), a_ring.index(s), pred=pred)
+    tma.async_copy_global_to_shared(b_desc, [off_n, (k0 + k) * BLOCK_K], ready.index(s), b_ring.index(s), pred=pred)
 
 
 @gluon.jit
@@ -108,9 +114,12 @@ def _store_tma(y, c_desc, c_buf, off_m, off_n):
 
 
 @gluon.jit
-def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_cm,
-                    HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr,
-                    num_warps: gl.constexpr):
+def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr, part_ptr, part_off,
+                    M, N, K, stride_cm, K_ITERS, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+                    WAIT_PRIOR: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
+    """Grid (tiles, SPLIT_K): split s multiplies K steps [s·K_ITERS, (s + 1)·K_ITERS). With SPLIT_K > 1 the
+    raw int32 sums go to the partials [SPLIT_K, M, N] at byte ``part_off`` of ``part_ptr``, which the
+    family's ``_splitk_reduce_kernel`` sums (exactly, in any order) and scales, as for its Triton GEMM."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -125,9 +134,12 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    num_k = gl.cdiv(K, BLOCK_K)
+    # This split's steps (K_ITERS = all of them without split-K). A split past K still takes one step:
+    # TMA zero-fills it, so its partial sums are zeros.
+    k0 = gl.program_id(1) * K_ITERS
+    num_k = gl.maximum(gl.minimum(K_ITERS, gl.cdiv(K, BLOCK_K) - k0), 1)
     for i in gl.static_range(STAGES - 1):
-        _issue(i, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
+        _issue(i, num_k, k0, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
 
     # (Triton 3.6 lowers int8 wgmmas up to n = 128: a 256-wide tile is two of them.)
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -138,21 +150,26 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
     mbarrier.wait(ready.index(0), 0)
     acc = warpgroup_mma(a_ring.index(0), b_ring.index(0).permute((1, 0)), acc, use_acc=False, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))  # (returns at once: step 0 stays in flight)
-    _issue(STAGES - 1, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
+    _issue(STAGES - 1, num_k, k0, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
     for k in range(1, num_k):
         s = k % STAGES
         mbarrier.wait(ready.index(s), (k // STAGES) & 1)
         acc = warpgroup_mma(a_ring.index(s), b_ring.index(s).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
         gl.thread_barrier()  # both warpgroups retired step k - 1: its slot takes step k + STAGES - 1
-        _issue(k + STAGES - 1, num_k, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
+        _issue(k + STAGES - 1, num_k, k0, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 
-    # The family's epilogue, one rounding; the tile goes through shared memory (the ring's, free now).
-    y = _scaled(acc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, M, N, off_m, off_n, HAS_BIAS)
-    _store_rows(y, c_ptr, M, N, stride_cm, off_m, off_n, num_warps)
+    if SPLIT_K > 1:
+        # this split's int32 sums, stored as they are (rows of 16-byte stores, as the outputs below)
+        parts = (part_ptr + part_off).to(gl.pointer_type(gl.int32)) + gl.program_id(1).to(gl.int64) * M * N
+        _store_rows(acc, parts, M, N, N, off_m, off_n, num_warps)
+    else:
+        # The family's epilogue, one rounding; the tile goes through shared memory (the ring's, free now).
+        y = _scaled(acc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, M, N, off_m, off_n, HAS_BIAS)
+        _store_rows(y, c_ptr, M, N, stride_cm, off_m, off_n, num_warps)
 
 
 @gluon.jit
@@ -280,21 +297,37 @@ def usable(a: torch.Tensor, stride_a: int, K: int, weight_q: torch.Tensor) -> bo
             and a.data_ptr() % 16 == 0 and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
 
 
+def split_plan(K: int, block_k: int, split: int) -> tuple[int, int]:
+    """(K steps a split, number of splits) for a requested ``split``: equal ranges of steps, and no split
+    without one (so the count can be below the request)."""
+    num_k = ceil_div(K, block_k)
+    k_iters = ceil_div(num_k, max(1, min(split, num_k)))
+    return k_iters, ceil_div(num_k, k_iters)
+
+
 def launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K, cfg: dict,
-           pdl: bool = False) -> None:
+           pdl: bool = False, part: torch.Tensor | None = None, part_off: int = 0) -> int:
     """``out = (f32(a @ weight_q^T) · a_scale[a_scale_off + m]) · weight_scale[n] (+ bias)``; the
     float32 row scales live at element ``a_scale_off`` of ``a_scale`` (any dtype: read as float32
-    from there). ``pdl``: launched as a programmatic dependent of the previous grid."""
+    from there). ``pdl``: launched as a programmatic dependent of the previous grid. With
+    ``cfg["SPLIT_K"]`` > 1, the int32 partials [splits, M, N] go at byte ``part_off`` of the int8 tensor
+    ``part`` instead (16-byte aligned, room for the requested split count), and ``out`` is not
+    written: the caller sums them (``int8_dynamic._splitk_reduce_kernel``). Returns the split count used."""
     bm, bn, bk = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
+    k_iters, splits = split_plan(K, bk, int(cfg.get("SPLIT_K", 1)))
+    if splits > 1 and (part is None or part_off % 16 or part.numel() - part_off < splits * M * N * 4):
+        raise ValueError(f"i8_gemm_sm90.launch: split-K {splits} needs an int8 workspace of "
+                         f"{splits * M * N * 4} bytes at a 16-byte aligned offset")
     a_desc = TensorDescriptor(a, [M, K], [stride_a, 1], [bm, bk], _smem_layout(bm, bk, gl.int8))
     b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, bk], _smem_layout(bn, bk, gl.int8))
     opts = dict(num_warps=int(cfg["num_warps"]), enable_fp_fusion=False)
     if pdl:
         opts["launch_pdl"] = True
-    _i8_gemm_fast[(ceil_div(M, bm) * ceil_div(N, bn),)](
+    _i8_gemm_fast[(ceil_div(M, bm) * ceil_div(N, bn), splits)](
         a_desc, b_desc, a_scale, a_scale_off, weight_scale, bias if bias is not None else weight_scale, out,
-        M, N, K, out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg["GROUP_M"]),
-        STAGES=int(cfg["num_stages"]), WAIT_PRIOR=pdl, **opts)
+        part if splits > 1 else a, part_off, M, N, K, out.stride(0), k_iters, HAS_BIAS=bias is not None,
+        GROUP_M=int(cfg["GROUP_M"]), STAGES=int(cfg["num_stages"]), WAIT_PRIOR=pdl, SPLIT_K=splits, **opts)
+    return splits
 
 
 def launch_ws(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K, cfg: dict,

@@ -46,7 +46,9 @@ Kernels
     one wgmma in flight across K steps (Triton 3.6 waits for each int8 wgmma to finish); the same
     epilogue, bit-identical outputs, 8-15 % faster at M >= 1024 on the H100. Where it cannot run the
     config runs the TMA kernel (and that one the pointer kernel). ``mode="gluon_ws"``: the same GEMM
-    warp-specialized and persistent (a load warp, two consumer warpgroups), same fallbacks.
+    warp-specialized and persistent (a load warp, two consumer warpgroups), same fallbacks. ``gluon``
+    takes SPLIT_K too (int32 partials for ``_splitk_reduce_kernel``, as the pointer kernel's; the
+    pointer kernel where it cannot run).
 
   * ``decode`` configs (M <= 16, sm_90): ``_quant_rows_kernel`` writes the codes and scales once,
     then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90` multiplies them with the weight
@@ -651,9 +653,9 @@ def _check_config(config: dict) -> None:
                                                                and config["mode"] != "gluon_ws"):
             raise ValueError(f"int8_dynamic two_pass config: EPI is 'rows' or 'tma', and 'tma' only in mode "
                              f"'gluon_ws', got {config!r}")
-        if config["SPLIT_K"] < 1 or (config["SPLIT_K"] > 1 and config["mode"] != "pointer"):
+        if config["SPLIT_K"] < 1 or (config["SPLIT_K"] > 1 and config["mode"] not in ("pointer", "gluon")):
             raise ValueError(f"int8_dynamic two_pass config: SPLIT_K must be >= 1, and 1 unless mode is "
-                             f"'pointer', got {config!r}")
+                             f"'pointer' or 'gluon', got {config!r}")
 
 
 def default_config(M: int, N: int, K: int) -> dict:
@@ -707,9 +709,15 @@ _FUSED_CANDIDATES = [_fused(64, 256, 8, 3), _stream(32, 128, 4, 3, bm=8)] + _DEC
 _DECODE_4_CANDIDATES = [_fused(64, 256, 8, 3), _decode(1, 4, dk=128), _decode(2, 2, dk=128),
                         _decode(1, 4, dk=128, diag=True), _decode(2, 2, dk=128, diag=True),
                         _decode(1, 2, dk=128, diag=True), _decode(1, 4, diag=True), _decode(2, 4, dk=128, diag=True)]
-_MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(64, 128, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
-                   _two_pass(128, 128, 128, 8, 4, split_k=4), _two_pass(128, 128, 128, 8, 4, pdl=True),
-                   _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
+# (The Gluon GEMM with split-K, 128 x 64 tiles in two K halves, took the place of the Triton pointer GEMM at
+# 64 x 128, which no sweep shipped: 1-5 % ahead of the shipped configs at M = 128 in the H100 probe. At 4096²
+# M = 64-128 the sweep picks it on GPU time, but eagerly its three launches and two host descriptors outweigh a
+# ~20 µs layer (0.67x against the pointer GEMM's 1.00-1.07x), so the shipped table keeps the pointer GEMM there:
+# notes/int8_dynamic.md, round 20)
+_MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
+                   _two_pass(128, 128, 128, 8, 4, split_k=4),
+                   _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
+                   _two_pass(128, 128, 128, 8, 4, pdl=True), _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                    _two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)]
 # "gluon": kernels/i8_gemm_sm90.py, whose wgmmas stay in flight across K steps (Triton 3.6 waits for each
 # int8 wgmma): 11-15 % faster than the Triton GEMMs at M = 1024-4096 on the H100 (notes, round 11).
@@ -803,6 +811,19 @@ def quantize_act(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return _quant_rows_launch(x)
 
 
+def _reduce_launch(part, part_off, splits, a_scale, a_scale_off, weight_scale, bias, out, M, N, pdl) -> None:
+    """The split-K partials [splits, M, N] (int32 at byte ``part_off`` of ``part``) summed, scaled and
+    rounded into ``out`` (``pdl``: launched as the GEMM's programmatic dependent)."""
+    rb_m, rb_n = 32, 128
+    reduce_opts = dict(num_warps=4, enable_fp_fusion=False)
+    if pdl:
+        reduce_opts["launch_pdl"] = True
+    _splitk_reduce_fast[(ceil_div(M, rb_m), ceil_div(N, rb_n))](
+        part, part_off, a_scale, a_scale_off, weight_scale, bias if bias is not None else weight_scale, out, M, N,
+        out.stride(0), SPLIT_K=splits, HAS_BIAS=bias is not None, BLOCK_M=rb_m, BLOCK_N=rb_n, WAIT_PRIOR=pdl,
+        **reduce_opts)
+
+
 def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K,
                  config: dict, pdl: bool = False, part=None, part_off: int = 0) -> torch.Tensor:
     """The GEMM on quantized activations: ``a`` holds the codes (row stride ``stride_a``), the float32
@@ -817,14 +838,25 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
     if pdl:
         common["launch_pdl"] = True
     mode = config["mode"]
+    split = config["SPLIT_K"]
+    if split > 1 and part is None:
+        part = torch.empty(split * M * N * 4, dtype=torch.int8, device=a.device)
     if mode in ("gluon", "gluon_ws"):
         from quantkit.kernels import i8_gemm_sm90
 
-        if config["SPLIT_K"] == 1 and i8_gemm_sm90.usable(a, stride_a, K, weight_q):
-            run = i8_gemm_sm90.launch if mode == "gluon" else i8_gemm_sm90.launch_ws
-            run(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K, config, pdl=pdl)
+        if i8_gemm_sm90.usable(a, stride_a, K, weight_q):
+            if mode == "gluon_ws":  # (SPLIT_K 1: _check_config)
+                i8_gemm_sm90.launch_ws(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K,
+                                       config, pdl=pdl)
+                return out
+            splits = i8_gemm_sm90.launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N,
+                                         K, config, pdl=pdl, part=part, part_off=part_off)
+            if splits > 1:
+                _reduce_launch(part, part_off, splits, a_scale, a_scale_off, weight_scale, bias, out, M, N, pdl)
             return out
-        mode = "tma"  # (not sm_90, or operands TMA cannot take: the Triton kernels below decide)
+        # (not sm_90, or operands TMA cannot take: the Triton kernels below decide; split-K is the pointer
+        # kernel's)
+        mode = "pointer" if split > 1 else "tma"
     if mode == "persistent" and out.element_size() == 4 and bm * bn * config["num_stages"] > 128 * 128 * 4:
         # The persistent kernel keeps its epilogue tile in shared memory on top of the operand
         # stages; a float32 output tile of 128x256 with 3 stages needs 272 KB (an H100 has 227 KB).
@@ -836,24 +868,15 @@ def _gemm_launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias
                 and weight_q.data_ptr() % 16 == 0):
             mode = "pointer"
     if mode == "pointer":
-        split = config["SPLIT_K"]
         k_blocks = ceil_div(K, bk)
         k_iters = ceil_div(k_blocks, split)
         even_k = K % bk == 0 and k_iters * split == k_blocks
-        if split > 1 and part is None:
-            part = torch.empty(split * M * N * 4, dtype=torch.int8, device=a.device)
         _gemm_fast[(tiles, split)](
             a, a_scale, a_scale_off, weight_q, weight_scale, bias_arg, out if split == 1 else part, part_off,
             M, N, _loop_bound(K), stride_a, out.stride(0), _loop_bound(k_iters), SPLIT_K=split, EVEN_K=even_k,
             **common)
         if split > 1:
-            rb_m, rb_n = 32, 128
-            reduce_opts = dict(num_warps=4, enable_fp_fusion=False)
-            if pdl:
-                reduce_opts["launch_pdl"] = True
-            _splitk_reduce_fast[(ceil_div(M, rb_m), ceil_div(N, rb_n))](
-                part, part_off, a_scale, a_scale_off, weight_scale, bias_arg, out, M, N, out.stride(0),
-                SPLIT_K=split, HAS_BIAS=bias is not None, BLOCK_M=rb_m, BLOCK_N=rb_n, WAIT_PRIOR=pdl, **reduce_opts)
+            _reduce_launch(part, part_off, split, a_scale, a_scale_off, weight_scale, bias, out, M, N, pdl)
         return out
     from triton.tools.tensor_descriptor import TensorDescriptor
 

@@ -45,8 +45,8 @@ def _compile(cfg, out_dtype="bf16", bias=False):
     int8 = g.gl.int8
     sig = dict(a_desc=f"tensordesc<i8[{bm}, {bk}],{g._smem_layout(bm, bk, int8)}>",
                b_desc=f"tensordesc<i8[{bn}, {bk}],{g._smem_layout(bn, bk, int8)}>", a_scale_ptr="*i8", a_scale_off="i32",
-               b_scale_ptr="*fp32", bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32",
-               stride_cm="i32")
+               b_scale_ptr="*fp32", bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", part_ptr="*i8", part_off="i32",
+               M="i32", N="i32", K="i32", stride_cm="i32", K_ITERS="i32")
     if ws:
         epi_tma = cfg.get("EPI") == "tma"
         c_gl = {"bf16": g.gl.bfloat16, "fp16": g.gl.float16, "fp32": g.gl.float32}[out_dtype]
@@ -55,6 +55,8 @@ def _compile(cfg, out_dtype="bf16", bias=False):
     warps = 4 if ws else cfg["num_warps"]  # (the warp-specialized kernel: one consumer warpgroup + workers)
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=cfg["pdl"],
                   num_warps=warps)
+    if not ws:
+        consts["SPLIT_K"] = cfg["SPLIT_K"]
     if ws:
         consts["CONSUMER_REGS"] = g._WS_CONSUMER_REGS
         consts["EPI_TMA"] = epi_tma
@@ -111,6 +113,10 @@ _WS_CONFIGS = [ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws"),
                ik._two_pass(256, 128, 128, 8, 3, mode="gluon_ws", epi="tma")]
 
 
+def _split(bm, bn, split, pdl=False):
+    return ik._two_pass(bm, bn, 128, 8 if bm == 128 else 4, 4, mode="gluon", pdl=pdl, split_k=split)
+
+
 def _both(bm, bn, pdl=False):
     return (ik._two_pass(bm, bn, 128, 8, 4, mode="gluon", pdl=pdl),
             ik._two_pass(bm, bn, 128, 8, 4, mode="tma", pdl=pdl))
@@ -130,6 +136,9 @@ def test_bit_identical_to_the_triton_gemm_gpu(out_dtype, mnk):
     # (the warp-specialized persistent kernel against the Triton TMA GEMM at 128 x 128, the plain Gluon one
     # against the Triton TMA GEMM of its own tile)
     pairs = [(ws, _both(128, 128)[1]) for ws in _WS_CONFIGS] + [_both(128, 256), _both(256, 128)]
+    # split-K (int32 partials, exact in any split): the same outputs as one K range; 8 splits of K = 512 or
+    # 784 leave 4 splits of one step or a last split of one step
+    pairs += [(_split(128, 128, 4), _both(128, 128)[1]), (_split(64, 64, 8), _both(64, 64)[1])]
     for cfg, tma in pairs:
         for b in (None, bias):
             y = ik.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=cfg)
@@ -163,3 +172,21 @@ def test_pdl_and_cuda_graph_gpu():
         ws = ik._two_pass(128, 128, 128, 8, 5, mode="gluon_ws", pdl=True, epi=epi)
         assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=ws), x.clone(),
                                   lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_split_k_with_pdl_cuda_graph_and_launch_plan_gpu():
+    """Split-K at M = 128 (quantization, GEMM and reduction chained by PDL): the same outputs as one K
+    range, replayed from a CUDA graph and from a launch plan."""
+    from quantkit.kernels.plan import planned
+
+    split, tma = _split(128, 128, 4, pdl=True), _both(128, 128)[1]
+    x, weight_q, weight_scale, bias = make_problem(128, 4096, 4096, torch.bfloat16, True, "cuda")
+    want = ik.linear(x, weight_q, weight_scale, bias, config=tma)
+    assert torch.equal(ik.linear(x, weight_q, weight_scale, bias, config=split), want)
+    assert_graph_replays_like(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=split), x.clone(),
+                              lambda t: ik.linear(t, weight_q, weight_scale, bias, config=tma))
+    run = planned(lambda t: ik.linear(t, weight_q, weight_scale, bias, config=split))
+    for _ in range(3):
+        assert torch.equal(run(x), want)
