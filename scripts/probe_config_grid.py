@@ -6,7 +6,8 @@ the shipped config's (max |d|). Families (first argument):
   kernel after one quantization launch); ``fp8m``: its kernels at M = 17-256; ``fp8g``: its Gluon GEMM
   with narrow tiles;
 * ``int8``: int8-dynamic at M <= 16 (``fused``, ``stream``, decode); ``int8g``: its M = 1 GEMVs;
-  ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8ms``: its Gluon GEMM with split-K at M = 17-256; ``int8lt``: its warp-specialized GEMM with TMA
+  ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8ms``: its Gluon GEMM with split-K at
+  M = 17-256; ``int8lt``: its warp-specialized GEMM with TMA
   stores at large M;
 * ``int8w``: int8 weight-only's M <= 16 kernels (``stream``, decode); ``int8wg``: its M = 1 GEMVs (and
   decode configs, DIAG ones too); ``int8wm`` / ``int4m``: int8 / int4 weight-only at M = 17-256 (the

@@ -29,7 +29,8 @@ Kernels (the reasoning, per-cell byte counts and predicted times are in notes/in
     exactly; ``- 2^23`` gives q·2^p and 2^-p goes into the activation. Per group
     ``s * (sum q*x - z * sum x)``. Grid (N / BLOCK_N, M).
   * ``_mma_kernel`` (M > 16 where the Gluon kernel below cannot run, ``{"kernel": "mma"}``):
-    acc[BM, BN] += x tile · W tile^T with the weight dequantized in the K loop (PTX: PRMT + LOP3 + packed FMA, codes in natural order).
+    acc[BM, BN] += x tile · W tile^T with the weight dequantized in the K loop (PTX: PRMT + LOP3 +
+    packed FMA, codes in natural order).
     ``SCALE_IN`` multiplies by the scale there as well (one rounding of (q - z)·s to the activation
     dtype, as a bf16 weight would be); without it the dot takes q - z and the float32 partial
     product of the tile is scaled (BLOCK_K <= g). Grouped launch order, software-pipelined loads.

@@ -30,7 +30,8 @@ Kernels (the config, chosen by problem size, names one; see :func:`default_confi
             Triton loads the int8 operand with 8-byte ``LDS.64`` (the k order is permuted the same
             way in both operands), ~2 instructions per weight element for conversion.
             One launch, nothing allocated but the output.
-    mma     wgmma ("swap AB"), for 16 < M <= 256 where ``tma_wgmma`` cannot run: computes Y^T tiles = W_tile · X_tile^T so that
+    mma     wgmma ("swap AB"), for 16 < M <= 256 where ``tma_wgmma`` cannot run: computes Y^T tiles =
+            W_tile · X_tile^T so that
             the dequantized weight tile is the left operand of ``tl.dot`` (registers on sm_90's
             wgmma; the activation tile is read from shared memory), software-pipelined over K,
             grouped tile order for L2 reuse; split-K where the tiles are fewer than the SMs.
@@ -445,8 +446,6 @@ def _mma_default(M: int, N: int, K: int) -> dict:
         split = _split_for(ceil_div(N, 64), ceil_div(K, 128), 2 * _NUM_SMS_H100, 4)
         return _mma_config(64, block_m, 128, 4, 4, split)
     return _mma_config(64, 128, 128, 4, 4)
-
-
 
 
 def default_config(M: int, N: int, K: int) -> dict:

@@ -29,18 +29,17 @@ A fragment. The K steps are rounded up to an even count (one zero-filled step at
 A program computes tiles program_id, program_id + nprog, ... (``PERSISTENT``: one program per SM);
 its steps are numbered across its tiles, so the ring runs on across tile boundaries.
 
-Stream-K (``STREAM_K``, persistent). When the tiles leave the last wave at most half full (448 tiles
-of 256 x 128 on 132 SMs at 14336 x 4096, M = 1024: 3 waves and 52 tiles), the whole waves run as plain
-tiles and each remaining tile is cut along K into 2-4 equal pieces, one per program
-(:func:`stream_k_split`). With fewer tiles than half the SMs (M = 128 at N = 4096: 32 tiles of 128 x 128)
-there is no whole wave, and every tile is cut: split-K, combined in the kernel. The program whose piece arrives last combines them, counted by an atomic
-counter per tile (zeroed per call by a one-program kernel that the GEMM follows as a programmatic
-dependent): the other pieces go through a float32 workspace in the output's allocation, the last
-one straight from the idle ring's shared memory. Pieces are summed in a fixed order, so the output
-does not depend on which program combined (runs are bit-identical). Never a spin-wait: no program
-waits for another to be scheduled. The returned output is a view of that larger block, so its storage
-holds the workspace too while it lives (13.6 MB next to a 29.4 MB output at the shape above).
-Measured (notes/int8_weight_only.md, round 8).
+Stream-K (``STREAM_K``, persistent). When the tiles leave the last wave at most half full (448 tiles of 256 x
+128 on 132 SMs at 14336 x 4096, M = 1024: 3 waves and 52 tiles), the whole waves run as plain tiles and each
+remaining tile is cut along K into 2-4 equal pieces, one per program (:func:`stream_k_split`). With fewer
+tiles than half the SMs (M = 128 at N = 4096: 32 tiles of 128 x 128) there is no whole wave, and every tile is
+cut: split-K, combined in the kernel. The program whose piece arrives last combines them, counted by an atomic
+counter per tile (zeroed per call by a one-program kernel that the GEMM follows as a programmatic dependent):
+the other pieces go through a float32 workspace in the output's allocation, the last one straight from the
+idle ring's shared memory. Pieces are summed in a fixed order, so the output does not depend on which program
+combined (runs are bit-identical). Never a spin-wait: no program waits for another to be scheduled. The
+returned output is a view of that larger block, so its storage holds the workspace too while it lives (13.6 MB
+next to a 29.4 MB output at the shape above). Measured (notes/int8_weight_only.md, round 8).
 
 The same kernel takes packed int4 weights (``INT4``, :func:`launch_int4`): tiles [BLOCK_N, BLOCK_K / 2]
 of bytes loaded in the layout whose two nibbles are exactly the A fragment's registers
