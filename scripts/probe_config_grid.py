@@ -30,6 +30,7 @@ from quantkit.kernels import int4_weight_only as Q
 from quantkit.kernels import int8_dynamic as I
 from quantkit.kernels import int8_weight_only as W
 from quantkit.kernels import tuning
+from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES
 
 
 def fp8_grid():
@@ -135,7 +136,7 @@ def _wo_mid_tiles():
     out = []
     for bm, (bn, warps), bk, stages, sk in itertools.product((64, 128), ((64, 4), (128, 8)), (64, 128), (3, 4, 6),
                                                            (False, True)):
-        if stages * (bm * bk * 2 + bn * bk) <= 227 * 1024:
+        if stages * (bm * bk * 2 + bn * bk) <= _SMEM_BYTES:  # (the int8 weight tile: int4's is half)
             out.append((bm, bn, bk, warps, stages, sk))
     return out
 
