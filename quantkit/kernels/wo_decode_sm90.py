@@ -48,6 +48,16 @@ are marked L1 evict-first: it is read once, and keeping it from displacing x, th
 scales in L1 made the int4 kernel 13 % faster at 14336×4096 (an L2 evict-first policy on top changed
 nothing; results/round6/probe_load_policy.log).
 
+The weight loads also carry the L2 prefetch-size hint ``.L2::128B`` (``L2PF``: 128, the default, or 0 for
+none; 256 measured no better). A lane group's 16-byte loads cover 64 bytes of a row per chunk (int4 at DK =
+128, int8 at DK = 64), and the row's next 64 bytes belong to another warp or trip; with the hint an L2 miss
+fetches the whole 128-byte line from DRAM at once. Outputs are unchanged. Measured on an H100
+(notes/int4_weight_only.md, round 23; GPU µs, the same config without and with it): int4 14336×4096 M = 16
+26.2 -> 24.7, M = 1 20.1 -> 19.7, 4096×14336 M = 16 29.7 -> 28.9; int8 14336×4096 M = 16 32.5 -> 31.7; the
+DIAG programs (512 contiguous bytes a warp load already) unchanged. The 8-bit activation kernel
+(:mod:`aq_decode_sm90`: 32 bytes a lane at DK = 128, whole lines) gained nothing from it (within 1 %) and
+does not use it.
+
 M = 1 on the mma's idle columns (``DIAG``). With one x row, seven of the n8 tile's eight columns would
 multiply padding. A DIAG program gives them work instead: mma row i of a 16-row tile is chunk i % 8 (of the
 slot's eight consecutive DK chunks) of weight row 2·tile + (i % 16) // 8, and mma column j is x's chunk j of
@@ -134,6 +144,54 @@ def _asm_i8_word(fp16: bool) -> str:
         lines.append(f"mov.b32 {{${2 * pair}, ${2 * pair + 1}}}, t;")
     lines.append("}")
     return "\n".join(lines)
+
+
+def _asm_load_words(vec: int, masked: bool) -> str:
+    """PTX for one weight load of ``vec`` (2 or 4) consecutive words ($0.., from the address in the first
+    input; the run's other word addresses follow it, unused), L1 evict-first as the plain load, with the L2
+    prefetch-size hint ``.L2::128B``: on a miss L2 fetches the whole 128-byte line from DRAM, so the
+    neighbouring chunk of the same row, which another warp or the next trip reads, arrives with it.
+    ``masked``: the input after the addresses nonzero loads, else the words are zero."""
+    outs = ", ".join(f"${i}" for i in range(vec))
+    ld = f"ld.global.L1::evict_first.L2::128B.v{vec}.b32 {{{outs}}}, [${vec}];"
+    if not masked:
+        return ld
+    zeros = "".join(f"mov.b32 ${i}, 0;\n" for i in range(vec))
+    return f"{{\n.reg .pred p;\nsetp.ne.b32 p, ${2 * vec}, 0;\n{zeros}@p {ld}\n}}"
+
+
+_ASM_LD2 = gl.constexpr(_asm_load_words(2, False))
+_ASM_LD4 = gl.constexpr(_asm_load_words(4, False))
+_ASM_LD2_MASKED = gl.constexpr(_asm_load_words(2, True))
+_ASM_LD4_MASKED = gl.constexpr(_asm_load_words(4, True))
+
+
+@gluon.jit
+def _load_words(w_ptrs, mask, L2PF: gl.constexpr, MASKED: gl.constexpr):
+    """int32 weight words at ``w_ptrs`` [B, BN, 4, WT] (each thread's WT words of a row slice consecutive
+    in its registers and in memory: one 8- or 16-byte run, or several 16-byte ones), L1 evict-first;
+    L2PF = 128 adds the L2 prefetch-size hint (:func:`_asm_load_words`), 0 is the plain load. MASKED:
+    words where ``mask`` is false read as zeros."""
+    WT: gl.constexpr = w_ptrs.shape[3]
+    if L2PF == 0:
+        if MASKED:
+            return gl.load(w_ptrs, mask=mask, eviction_policy="evict_first")
+        else:
+            return gl.load(w_ptrs, eviction_policy="evict_first")
+    elif WT == 2:
+        if MASKED:
+            return gl.inline_asm_elementwise(_ASM_LD2_MASKED, "=r,=r,l,l,r,r", [w_ptrs, mask.to(gl.int32)],
+                                             dtype=gl.int32, is_pure=True, pack=2)
+        else:
+            return gl.inline_asm_elementwise(_ASM_LD2, "=r,=r,l,l", [w_ptrs], dtype=gl.int32, is_pure=True, pack=2)
+    else:
+        gl.static_assert(WT % 4 == 0, "a thread's words of a row slice: 2 or a multiple of 4")
+        if MASKED:
+            return gl.inline_asm_elementwise(_ASM_LD4_MASKED, "=r,=r,=r,=r,l,l,l,l,r,r,r,r",
+                                             [w_ptrs, mask.to(gl.int32)], dtype=gl.int32, is_pure=True, pack=4)
+        else:
+            return gl.inline_asm_elementwise(_ASM_LD4, "=r,=r,=r,=r,l,l,l,l", [w_ptrs], dtype=gl.int32,
+                                             is_pure=True, pack=4)
 
 
 _ASM_I8_BF16 = gl.constexpr(_asm_i8_word(False))
@@ -243,7 +301,7 @@ def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexp
 @gluon.jit
 def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_CHUNKS, TRIPS, B: gl.constexpr,
                 DK: gl.constexpr, WPC: gl.constexpr, GROUP: gl.constexpr, EVEN: gl.constexpr, XPF: gl.constexpr,
-                INT8: gl.constexpr):
+                INT8: gl.constexpr, L2PF: gl.constexpr = 0):
     """Trip t's loads (B chunks a trip; wk_*: each element's chunk in the trip): weight words, x words
     (XPF; else 0: loaded at use), zero-points and scales. EVEN (whole trips, an even count): no masks;
     the prefetch past the end, whose values are never used, reads the last trip again (L2 hits).
@@ -258,9 +316,9 @@ def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_C
     w_ptrs = w_ptrs + t * (B * WPC)  # (WPC: the words from one chunk of a row to the next)
     # Read once: L1 evict-first keeps the weight from displacing x, zero-points and scales there.
     if EVEN:
-        w = gl.load(w_ptrs, eviction_policy="evict_first")
+        w = _load_words(w_ptrs, 0, L2PF, False)
     else:
-        w = gl.load(w_ptrs, mask=gl.broadcast(t * B + wk_w < NUM_CHUNKS, w_ptrs)[0], eviction_policy="evict_first")
+        w = _load_words(w_ptrs, gl.broadcast(t * B + wk_w < NUM_CHUNKS, w_ptrs)[0], L2PF, True)
     if INT8:  # one scale per row, in the epilogue
         z = 0
         s = 0
@@ -367,7 +425,8 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
                    INT8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
                    WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, XPF: gl.constexpr, SCALE_IN: gl.constexpr,
                    HAS_BIAS: gl.constexpr, EVEN: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
-                   num_warps: gl.constexpr, TILED: gl.constexpr = False, DG: gl.constexpr = 1):
+                   num_warps: gl.constexpr, TILED: gl.constexpr = False, DG: gl.constexpr = 1,
+                   L2PF: gl.constexpr = 0):
     """Y^T tile [16·MT·WM rows of W, BM rows of x] over all of K (module docstring). INT8: int8 weights
     [N, K] with one scale per row (z_ptr and G unused); else packed int4 [N, K / 2] with group-wise
     zero-points and scales. DG > 1 (DIAG, M <= 8 / DG): mma row i is chunk i % DG of weight row i // DG of
@@ -434,17 +493,17 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
     # converted, and no register is copied from one buffer to the other (an odd trip count runs one
     # masked trip: zeros in, nothing added).
     w0, x0, z0, s0 = _load_chunk(0, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS, CPT,
-                                 DK, CW, GROUP, EVEN, XPF, INT8)
+                                 DK, CW, GROUP, EVEN, XPF, INT8, L2PF)
     for t in range(0, TRIPS, 2):
         w1, x1, z1, s1 = _load_chunk(t + 1, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS,
-                                     CPT, DK, CW, GROUP, EVEN, XPF, INT8)
+                                     CPT, DK, CW, GROUP, EVEN, XPF, INT8, L2PF)
         if XPF:
             xa = x0
         else:
             xa = _load_x(t, x_ptrs, wkc, NUM_CHUNKS, TRIPS, CPT, DK, EVEN)
         acc = _chunk_product(acc, w0, xa, z0, s0, dtype, MMA, SCALE_IN, INT8)
         w0, x0, z0, s0 = _load_chunk(t + 2, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wkc, wk3, wk_s, NUM_CHUNKS, TRIPS,
-                                     CPT, DK, CW, GROUP, EVEN, XPF, INT8)
+                                     CPT, DK, CW, GROUP, EVEN, XPF, INT8, L2PF)
         if XPF:
             xb = x1
         else:
@@ -529,6 +588,7 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
         raise ValueError(f"decode config MAXNREG must be a multiple of 8 in 64..255: {cfg!r}")
     if cfg.get("TILED") and N % 16:
         raise ValueError(f"a TILED decode config reads 16-row tiles: N = {N} is not a multiple of 16")
+    l2pf = l2_prefetch(cfg)
     mt, wk, wm, dk = int(cfg["MT"]), int(cfg["WK"]), int(cfg["WM"]), int(cfg["DK"])
     sub, xpf = int(cfg.get("SUB", 1)), bool(cfg.get("XPF", True))
     dg = diag_chunks(cfg, M)
@@ -543,7 +603,16 @@ def _launch(x, w, scale, zero, bias, out, group_size: int, cfg: dict, int8: bool
         INT8=int8, GROUP=group_size, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, XPF=xpf,
         SCALE_IN=scale_in(cfg, group_size, int8), HAS_BIAS=bias is not None, EVEN=chunks % (2 * per_trip) == 0,
         W_LAYOUT=word_layout(wk, wm, mt, wt, sub), X_LAYOUT=x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm,
-        TILED=bool(cfg.get("TILED", False)), DG=dg, **({"maxnreg": maxnreg} if maxnreg else {}))
+        TILED=bool(cfg.get("TILED", False)), DG=dg, L2PF=l2pf, **({"maxnreg": maxnreg} if maxnreg else {}))
+
+
+def l2_prefetch(cfg: dict) -> int:
+    """A decode config's ``L2PF``: the L2 prefetch size of its weight loads in bytes, 128 (the default), or 0
+    for the plain load without the hint (module docstring)."""
+    v = cfg.get("L2PF", 128)
+    if isinstance(v, bool) or v not in (0, 128):
+        raise ValueError(f"decode config L2PF must be 0 or 128: {cfg!r}")
+    return int(v)
 
 
 def scale_in(cfg: dict, group_size: int, int8: bool = False) -> bool:
@@ -557,7 +626,8 @@ def scale_in(cfg: dict, group_size: int, int8: bool = False) -> bool:
 def launch(x, packed, scale, zero, bias, out, group_size: int, cfg: dict) -> None:
     """``out = x @ dequant(packed, scale, zero)^T (+ bias)`` for M <= 16 (``cfg``: MT, WK, WM, DK, SUB,
     XPF; optional DIAG, used at M <= 4, and TILED, for weights rearranged by :func:`tile_weight`;
-    SCALE_IN (:func:`scale_in`); MAXNREG, a cap on registers a thread for ptxas)."""
+    SCALE_IN (:func:`scale_in`); MAXNREG, a cap on registers a thread for ptxas; L2PF
+    (:func:`l2_prefetch`))."""
     _launch(x, packed, scale, zero, bias, out, group_size, cfg, False)
 
 

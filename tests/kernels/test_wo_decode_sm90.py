@@ -167,6 +167,20 @@ def test_scale_in_and_register_cap_keys():
             d.launch(x, packed, scale, zero, None, out, 128, dict(plain, MAXNREG=bad))
 
 
+def test_l2_prefetch_key():
+    """L2PF, the weight loads' L2 prefetch size: 128 bytes unless a config says 0 (no hint); any other value
+    is refused by name before a launch."""
+    from quantkit.kernels import wo_decode_sm90 as d
+
+    plain = k4._decode(1, 4)
+    assert [d.l2_prefetch(c) for c in (plain, dict(plain, L2PF=0), dict(plain, L2PF=128))] == [128, 0, 128]
+    x, packed, scale, zero, _, _ = make_problem(1, 64, 256, 128, torch.bfloat16, "cpu")
+    out = torch.empty(1, 64, dtype=torch.bfloat16)
+    for bad in (64, 256, True, "128", 128.5):
+        with pytest.raises(ValueError, match="L2PF"):
+            d.launch(x, packed, scale, zero, None, out, 128, dict(plain, L2PF=bad))
+
+
 @pytest.mark.parametrize("key", ["DIAG", "TILED", "XPF", "SCALE_IN"])
 def test_decode_flags_must_be_bools(key):
     """A tuned table is JSON: a flag read back as 1 or "true" is refused before any launch, naming it."""
@@ -214,6 +228,10 @@ def _decode_compile_jobs():
     # the weight scaled in the conversion at group >= DK (SCALE_IN), with and without a register cap
     jobs += [(k4._decode(4, 4, xpf=False, scale_in=True), 16, 128, "bf16", True, True),
              (k4._decode(2, 4, scale_in=True), 16, 256, "fp16", False, False)]
+    # the weight loads without the L2 prefetch-size hint (all the others carry it): whole and masked trips
+    jobs += [(dict(cands[0], L2PF=0), 8, 128, "bf16", False, True),
+             (dict(k4._decode(4, 4, xpf=False), L2PF=0), 16, 128, "bf16", True, False),
+             (dict(k8._decode_config(2, 4), L2PF=0), 16, None, "fp16", False, False)]
     # the tiled weight layout (16-row tiles): only the addresses change
     jobs += [(dict(cands[0], TILED=True), 8, 128, "bf16", False, True),
              (dict(cands[0], TILED=True), 16, 128, "fp16", True, False),
@@ -238,7 +256,7 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
                   SCALE_IN=d.scale_in(cfg, group or 1, int8), HAS_BIAS=bias, EVEN=even,
                   W_LAYOUT=d.word_layout(wk, wm, mt, dk // 16 if int8 else dk // 32, sub),
                   X_LAYOUT=d.x_layout(wk, wm, dk, bm, sub), num_warps=wk * wm, TILED=cfg.get("TILED", False),
-                  DG=cfg.get("DG", 8) if cfg.get("DIAG", False) and bm == 8 else 1)
+                  DG=cfg.get("DG", 8) if cfg.get("DIAG", False) and bm == 8 else 1, L2PF=d.l2_prefetch(cfg))
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("x_ptr", "w_ptr", "s_ptr", "z_ptr", "b_ptr", "y_ptr", "N", "KW", "stride_xm")}
@@ -250,6 +268,8 @@ def _compile_decode(cfg, bm, group, dtype, bias, even):
 
 def _decode_check_main() -> None:
     """Compile every job of :func:`_decode_compile_jobs` for sm_90; print a line each, 'ok' last."""
+    from quantkit.kernels import wo_decode_sm90 as d
+
     failures = []
     for cfg, bm, group, dtype, bias, even in _decode_compile_jobs():
         kernel = _compile_decode(cfg, bm, group, dtype, bias, even)
@@ -260,10 +280,16 @@ def _decode_check_main() -> None:
         loop = ptx[:ptx.rindex("mma.sync")]  # everything up to the last mma: loads, conversions, mmas
         moves_nothing = "st.shared" not in loop and "shfl.sync" not in loop and "ld.shared" not in loop
         vector_loads = "ld.global.L1::evict_first.v4" in ptx or "ld.global.v4" in ptx
+        # the weight loads carry the config's L2 prefetch size, as vectors of a thread's words of a row slice
+        # (WT = 2: 8 bytes; else 16)
+        l2pf = d.l2_prefetch(cfg)
+        vec = min(4, cfg["DK"] // (16 if group is None else 32))
+        hinted = (f"ld.global.L1::evict_first.L2::{l2pf}B.v{vec}.b32" in ptx and ptx.count(".L2::128B.v") ==
+                  ptx.count(f".L2::128B.v{vec}.b32")) if l2pf else ".L2::128B" not in ptx
         what = f"decode {cfg} BM={bm} g={group} {dtype} bias={bias} even={even}"
         print(f"{what}: regs={regs} spills={spills} mma={'mma.sync' in ptx} moves_nothing={moves_nothing} "
-              f"v4={vector_loads}")
-        if spills or "mma.sync" not in ptx or not moves_nothing or not vector_loads:
+              f"v4={vector_loads} l2pf={l2pf}:{hinted}")
+        if spills or "mma.sync" not in ptx or not moves_nothing or not vector_loads or not hinted:
             failures.append(what)
     if failures:
         print("FAILED:", failures)
@@ -440,6 +466,29 @@ def test_tiled_weights_are_bit_identical_gpu():
     out = torch.empty(1, 1000, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(ValueError, match="multiple of 16"):
         d.launch(x, packed, scale, zero, None, out, 128, dict(k4._decode(1, 4), TILED=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_l2_prefetch_hint_is_bit_identical_gpu():
+    """The L2 prefetch-size hint changes no value: L2PF 0 and the default 128 give bit for bit the same
+    outputs (int4 with groups 32 / 128 and a DIAG program, int8; M 1 / 9 / 16; partial trips, which take the
+    masked loads; odd N; a bias)."""
+    from quantkit.kernels import int8_weight_only as k8
+    from tests.kernels.test_int8_weight_only import _layer_inputs
+
+    for m in (1, 9, 16):
+        for n, k, g, cfg in ((1000, 1280, 128, k4._decode(1, 4)), (520, 4096, 32, k4._decode(2, 4)),
+                             (4104, 2048, 128, k4._decode(4, 4, xpf=False)),
+                             (1000, 3072, 128, k4._decode(1, 1, wm=2, diag=True))):
+            x, packed, scale, zero, b, _ = make_problem(m, n, k, g, torch.bfloat16, "cuda", bias=m == 9)
+            y0 = k4.linear(x, packed, scale, zero, b, g, config=dict(cfg, L2PF=0))
+            assert ran(cfg, x, packed, scale, g)["kernel"] == "decode"
+            assert torch.equal(y0, k4.linear(x, packed, scale, zero, b, g, config=cfg)), (m, n, k, g, cfg)
+        for n, k, cfg in ((1000, 1088, k8._decode_config(1, 4)), (2056, 4096, k8._decode_config(2, 4))):
+            x, wq, ws, b = _layer_inputs(m, n, k, torch.float16, "cuda", bias=m == 9)
+            y0 = k8.linear(x, wq, ws, b, config=dict(cfg, L2PF=0))
+            assert torch.equal(y0, k8.linear(x, wq, ws, b, config=cfg)), (m, n, k, cfg)
 
 
 @pytest.mark.gpu
