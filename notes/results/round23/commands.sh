@@ -31,3 +31,5 @@ done
 # 5. the 16-row tiled layout on top of the hint (probe_tiled_grid_with_hint.log; the probe's grid mode now skips
 #    DIAG configs, which the grid gained after round 14)
 python scripts/probe_tiled_decode.py grid
+# 6. every shipped int4 / int8 weight-only entry of the H100 tables against the reference, with the hint on
+python -m pytest -q -m gpu tests/kernels/test_tuning.py -k "every_shipped_entry and weight_only"   # 2 passed
