@@ -301,7 +301,7 @@ def _load_x(t, x_ptrs, wk_x, NUM_CHUNKS, TRIPS, B: gl.constexpr, DK: gl.constexp
 @gluon.jit
 def _load_chunk(t, w_ptrs, x_ptrs, z_ptrs, s_ptrs, wk_w, wk_x, wk_z, wk_s, NUM_CHUNKS, TRIPS, B: gl.constexpr,
                 DK: gl.constexpr, WPC: gl.constexpr, GROUP: gl.constexpr, EVEN: gl.constexpr, XPF: gl.constexpr,
-                INT8: gl.constexpr, L2PF: gl.constexpr = 0):
+                INT8: gl.constexpr, L2PF: gl.constexpr):
     """Trip t's loads (B chunks a trip; wk_*: each element's chunk in the trip): weight words, x words
     (XPF; else 0: loaded at use), zero-points and scales. EVEN (whole trips, an even count): no masks;
     the prefetch past the end, whose values are never used, reads the last trip again (L2 hits).
@@ -426,7 +426,7 @@ def _decode_kernel(x_ptr, w_ptr, s_ptr, z_ptr, b_ptr, y_ptr, M, N, KW, G, stride
                    WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, XPF: gl.constexpr, SCALE_IN: gl.constexpr,
                    HAS_BIAS: gl.constexpr, EVEN: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
                    num_warps: gl.constexpr, TILED: gl.constexpr = False, DG: gl.constexpr = 1,
-                   L2PF: gl.constexpr = 0):
+                   L2PF: gl.constexpr = 128):
     """Y^T tile [16·MT·WM rows of W, BM rows of x] over all of K (module docstring). INT8: int8 weights
     [N, K] with one scale per row (z_ptr and G unused); else packed int4 [N, K / 2] with group-wise
     zero-points and scales. DG > 1 (DIAG, M <= 8 / DG): mma row i is chunk i % DG of weight row i // DG of
