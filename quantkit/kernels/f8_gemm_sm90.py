@@ -46,7 +46,7 @@ from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.kernels.i8_gemm_sm90 import _C_DTYPES, _store_rows, _store_tma
 from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _num_sms, _smem_layout
-from quantkit.reference.common import ceil_div
+from quantkit.reference.common import AMAX_EPS, ceil_div
 
 
 @gluon.jit
@@ -222,3 +222,312 @@ def launch(x_q, x_scale, stride_xsm, stride_xsk, weight_q, weight_scale, bias, o
         bias if bias is not None else weight_scale, out, c_desc, M, N, K, out.stride(0), HAS_BIAS=bias is not None,
         GROUP_M=int(cfg["GROUP_M"]), STAGES=stages, WAIT_PRIOR=pdl, CONSUMER_REGS=CONSUMER_REGS, EPI_TMA=epi_tma,
         **opts)
+
+
+# ============================================================================ x quantized inside the GEMM
+# ``fused`` mode (``fuse_act_quant`` on a ``gluon`` config): one more worker partition quantizes x beside the
+# GEMM, so the quantization's ~3 bytes an element of HBM traffic overlap the tensor-core work instead of
+# preceding it (at 4096 x 4096 x 4096 a separate pass takes ~22 of the layer's ~138 us).
+#
+# * Work items are (row block rb of BLOCK_M rows, K block kb): the quantizer partitions of all programs claim
+#   them in one order from a counter (so an item is only ever waited for once a running program holds it: no
+#   deadlock however few programs are resident), quantize the item into the codes [M, K] and the K-major
+#   scales [num_k, M] exactly as ``fp8_block._act_quant_kernel`` does, and publish it in ``flags[rb, kb]``
+#   (a CTA barrier, then one release at gpu scope).
+# * The order is the GEMM's: GROUP_M row blocks at a time (the grouped tile order's row groups), K blocks
+#   outermost within a group, so the first wave's first K blocks are the first items done.
+# * The load warp, before its TMA copy of tile rows rb at K block kb, makes sure flags[rb, kb] is set: its 32
+#   lanes read (acquire) the flags of 32 K blocks at once and it polls again only past the last set one, so a
+#   warm row block costs one read per 32 K steps. Then a proxy fence orders those generic-proxy writes before
+#   its async-proxy (TMA) reads. The scales travel by cp.async as before.
+# * The flags and the claim counter are zeroed by a one-program kernel just before (this kernel is its
+#   programmatic dependent: the partitions that touch them wait for it first).
+
+_QUANT_WARPS = gl.constexpr(4)
+_AMAX_EPS = gl.constexpr(AMAX_EPS)
+
+
+@gluon.jit
+def _nanosleep():
+    gl.inline_asm_elementwise("nanosleep.u32 100; mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
+def _fence_proxy_async_global():
+    gl.inline_asm_elementwise("fence.proxy.async.global; mov.u32 $0, 0;", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
+def _item_coords(i, num_rb, num_k, GROUP_M: gl.constexpr):
+    """(rb, kb) of work item i: row groups of GROUP_M blocks in order, K blocks outermost within one."""
+    per_group = GROUP_M * num_k
+    first_rb = (i // per_group) * GROUP_M
+    rbs = gl.minimum(num_rb - first_rb, GROUP_M)
+    r = i % per_group
+    return first_rb + r % rbs, r // rbs
+
+
+@gluon.jit
+def _ready_from(flag_row, k, num_k):
+    """The first K block at or after k whose codes are not yet published (k + 32 if none in 32 steps),
+    after waiting until block k's are; flag_row points at this row block's flags."""
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    j = gl.arange(0, 32, layout=lanes)
+    ks = k + j
+    inside = ks < num_k
+    first = 0
+    while first == 0:
+        f = gl.atomic_add(flag_row + ks, j * 0, mask=inside, sem="acquire", scope="gpu")
+        first = gl.min(gl.where((f != 0) | (~inside), 32, j), axis=0)
+        if first == 0:
+            _nanosleep()
+    _fence_proxy_async_global()  # other SMs' generic-proxy stores (acquired above) before this warp's TMA reads
+    return k + first
+
+
+@gluon.jit
+def _fused_load_partition(a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, empty, as_ptr, bs_ptr,
+                          stride_bsn, stride_bsk, flag_ptr, M, N, num_k, num_tiles, GROUP_M: gl.constexpr,
+                          STAGES: gl.constexpr):
+    """``_load_partition`` on codes that the quantizer partitions are still writing: each (row block,
+    K block) waits for its flag before its x tile and scales are copied."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    row_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
+    _grid_wait()  # the flags' zeroing
+    it = 0
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        offs_m = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
+        m_ok = offs_m < M
+        as_rows = as_ptr + offs_m  # K-major scales: [num_k, M]
+        bs_col = bs_ptr + (off_n // BLOCK_K) * stride_bsn + offs_m * 0
+        flag_row = flag_ptr + (off_m // BLOCK_M) * num_k
+        published = 0
+        for k in range(num_k):
+            if k >= published:
+                published = _ready_from(flag_row, k, num_k)
+            s = it % STAGES
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            async_copy.async_copy_global_to_shared(xs_ring.index(s), as_rows + k * M, mask=m_ok)
+            async_copy.async_copy_global_to_shared(ws_ring.index(s), bs_col + k * stride_bsk, mask=m_ok)
+            async_copy.mbarrier_arrive(ready.index(s))
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_copy_global_to_shared(b_desc, [off_n, k * BLOCK_K], ready.index(s), b_ring.index(s))
+            tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], ready.index(s), a_ring.index(s))
+            it += 1
+
+
+@gluon.jit
+def _claim(claim_ptr, lane):
+    """The next item's number, for every thread of the partition (one thread's atomic, then a reduction that
+    hands its value to all: the other lanes' results are not defined)."""
+    got = gl.atomic_add(claim_ptr + lane * 0, lane * 0 + 1, mask=lane == 0, sem="relaxed", scope="gpu")
+    return gl.sum(gl.where(lane == 0, got, 0), axis=0)
+
+
+@gluon.jit
+def _quant_partition(x_ptr, stride_xm, q_ptr, stride_qm, s_ptr, flag_ptr, x_buf, M, K, num_k, UE8M0: gl.constexpr,
+                     GROUP_M: gl.constexpr, BLOCK_M: gl.constexpr, GROUP: gl.constexpr, SUB: gl.constexpr):
+    """Claim items in order and quantize each: its x tile [BLOCK_M, GROUP] by cp.async into ``x_buf`` (the
+    whole tile in flight at once, whatever the partition's register cap), then SUB rows at a time from
+    there, one group a row, numerics of ``fp8_block._quantize_rows`` (compiled: ``_div_exact``'s
+    reciprocal and two fma corrections)."""
+    VEC: gl.constexpr = 128 // x_ptr.dtype.element_ty.primitive_bitwidth  # 16 bytes a copy
+    TPW_K: gl.constexpr = GROUP // VEC
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TPW_K, TPW_K], [_QUANT_WARPS, 1], [1, 0])
+    one_each: gl.constexpr = gl.BlockedLayout([1], [32], [_QUANT_WARPS], [0])
+    lane = gl.arange(0, 32 * _QUANT_WARPS, layout=one_each)
+    first_thread = lane == 0
+    COPY_ROWS: gl.constexpr = 8 * _QUANT_WARPS * (32 // TPW_K)
+    tile_rows = gl.arange(0, COPY_ROWS, layout=gl.SliceLayout(1, layout))
+    tile_cols = gl.arange(0, GROUP, layout=gl.SliceLayout(0, layout))
+    _grid_wait()  # the claim counter's and the flags' zeroing
+    num_rb = gl.cdiv(M, BLOCK_M)
+    n_items = num_rb * num_k
+    claim_ptr = flag_ptr + n_items
+    i = _claim(claim_ptr, lane)
+    while i < n_items:
+        rb, kb = _item_coords(i, num_rb, num_k, GROUP_M)
+        cols = kb * GROUP + tile_cols
+        # (16-byte copies: the launcher sees to x's alignment and K % 16 == 0; these say so to the compiler)
+        col_in = (cols < (K // VEC) * VEC)[None, :]
+        for part in gl.static_range(BLOCK_M // COPY_ROWS):  # (eight copies a thread at a time: their addresses
+            rows = rb * BLOCK_M + part * COPY_ROWS + tile_rows  # take registers until issued)
+            row_offs = gl.multiple_of(rows.to(gl.int64) * stride_xm, VEC)
+            async_copy.async_copy_global_to_shared(x_buf.slice(part * COPY_ROWS, COPY_ROWS, dim=0),
+                                                   x_ptr + row_offs[:, None] + cols[None, :],
+                                                   mask=(rows < M)[:, None] & col_in)
+        async_copy.commit_group()
+        # the next claim's round trip under this tile's
+        nxt = _claim(claim_ptr, lane)
+        async_copy.wait_group(0)
+        gl.thread_barrier()  # every thread's copies landed
+        col_ok = cols < K
+        for sub in gl.static_range(BLOCK_M // SUB):
+            sub_rows = rb * BLOCK_M + sub * SUB + gl.arange(0, SUB, layout=gl.SliceLayout(1, layout))
+            row_ok = sub_rows < M
+            x = x_buf.slice(sub * SUB, SUB, dim=0).load(layout).to(gl.float32)
+            amax = gl.max(gl.abs(x), axis=1)
+            scale = gl.div_rn(gl.maximum(amax, _AMAX_EPS), gl.full(amax.shape, 448.0, gl.float32))
+            if UE8M0:  # rounded up to a power of two on the float32 bits, as the reference does
+                bits = scale.to(gl.int32, bitcast=True)
+                exponent = bits & 0x7F800000
+                scale = gl.where((bits & 0x007FFFFF) != 0, exponent + 0x00800000, exponent).to(gl.float32,
+                                                                                              bitcast=True)
+            # x / scale correctly rounded (fp8_block._div_exact_b, compiled): a reciprocal, two fma corrections
+            neg_s = -scale[:, None]
+            r = gl.div_rn(gl.full(scale.shape, 1.0, gl.float32), scale)[:, None]
+            q0 = x * r
+            q1 = gl.fma(gl.fma(q0, neg_s, x), r, q0)
+            q = gl.fma(gl.fma(q1, neg_s, x), r, q1)
+            q = gl.where(q0 == 0.0, q0, q)  # the sign of a zero
+            qoffs = sub_rows.to(gl.int64)[:, None] * stride_qm + cols[None, :]
+            gl.store(q_ptr + qoffs, q.to(gl.float8e4nv), mask=row_ok[:, None] & col_ok[None, :])
+            gl.store(s_ptr + kb * M + sub_rows, scale, mask=row_ok)
+        # every warp's stores of the item (and its reads of x_buf) before the one release that publishes them
+        gl.thread_barrier()
+        gl.atomic_add(flag_ptr + rb * num_k + kb + lane * 0, lane * 0 + 1, mask=first_thread, sem="release",
+                      scope="gpu")
+        i = nxt
+
+
+@gluon.jit
+def _f8_gemm_fused_kernel(x_ptr, stride_xm, q_ptr, stride_qm, s_ptr, flag_ptr, a_desc, b_desc, bs_ptr, stride_bsn, stride_bsk,
+                          bias_ptr, c_ptr, c_desc, M, N, K, stride_cm, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
+                          STAGES: gl.constexpr, UE8M0: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                          QUANT_REGS: gl.constexpr, SUB: gl.constexpr, EPI_TMA: gl.constexpr,
+                          num_warps: gl.constexpr):
+    """``_f8_gemm_kernel`` with x quantized by a fourth partition as the GEMM runs (the section's comment);
+    ``a_desc`` describes the codes ``q_ptr`` [M, K] (row stride K) that it writes."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    gl.static_assert(BLOCK_M == 128 and num_warps == 4, "two 64-row consumer warpgroups")
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    scale_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    xs_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
+    ws_ring = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], scale_smem)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    num_k = gl.cdiv(K, BLOCK_K)
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    ROW_LO: gl.constexpr = 0
+    ROW_HI: gl.constexpr = 64
+    if EPI_TMA:
+        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2, 64, BLOCK_N], c_desc.layout)
+        c_lo = c_bufs.index(0)
+        c_hi = c_bufs.index(1)
+    else:
+        c_lo = a_ring  # (unused)
+        c_hi = a_ring
+    # the quantizer's x tile (an item), unswizzled: a warp reads whole rows of it
+    x_buf = gl.allocate_shared_memory(x_ptr.dtype.element_ty, [BLOCK_M, BLOCK_K],
+                                      gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    gl.warp_specialize([
+        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_lo, M, N,
+                          stride_cm, num_k, num_tiles, ROW_LO, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N, EPI_TMA)),
+        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_hi, M, N,
+                          stride_cm, num_k, num_tiles, ROW_HI, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N, EPI_TMA)),
+        (_fused_load_partition, (a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, empty, s_ptr, bs_ptr,
+                                 stride_bsn, stride_bsk, flag_ptr, M, N, num_k, num_tiles, GROUP_M, STAGES)),
+        (_quant_partition, (x_ptr, stride_xm, q_ptr, stride_qm, s_ptr, flag_ptr, x_buf, M, K, num_k, UE8M0, GROUP_M, BLOCK_M, BLOCK_K,
+                            SUB)),
+    ], [4, 1, _QUANT_WARPS], [CONSUMER_REGS, 40, QUANT_REGS])
+
+
+_f8_gemm_fused_fast = cached(_f8_gemm_fused_kernel)
+QUANT_REGS = 72  # registers a thread of the quantizer warpgroup (56 spills; the consumers then get FUSED_CONSUMER_REGS)
+FUSED_CONSUMER_REGS = 200  # 2 · 200 + 40 + 72 = 512 a lane of the register file: no spills (offline sm_90 check)
+
+
+def quant_sub(x_elt: int) -> int:
+    """Rows the quantizer takes at a time from its staged tile (32 spills at QUANT_REGS registers)."""
+    return 16
+
+
+def fused_stages(requested: int, bm: int, bn: int, block_size: int, out_elt: int, x_elt: int) -> int:
+    """The ring's depth, within what one CTA may use beside the output tiles' buffers (each consumer's 64 x
+    BLOCK_N tile in the output dtype), the quantizer's x tile and the barriers."""
+    stage_bytes = (bm + bn) * block_size + 2 * 4 * bm  # the operand tiles and the two scale rows
+    spare = _SMEM_BYTES - 2 * 64 * bn * out_elt - bm * block_size * x_elt - 2048
+    return max(2, min(requested, spare // stage_bytes))
+
+
+def usable_fused(x: torch.Tensor, weight_q: torch.Tensor, block_size: int, block_n: int) -> bool:
+    """Whether the fused kernel takes x [M, K] itself: bf16 or fp16 (a float32 x spills the quantizer's
+    registers), the GEMM's conditions on the codes it writes, and 16-byte copies of x (unit stride along K,
+    16-byte aligned base and row stride)."""
+    K = x.shape[1]
+    return (x.is_cuda and x.element_size() == 2 and _is_sm90(x.device.index or 0) and K % 16 == 0
+            and x.stride(1) == 1
+            and (x.stride(0) * x.element_size()) % 16 == 0 and x.data_ptr() % 16 == 0
+            and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0 and block_size == 128
+            and 32 <= block_n and block_size % block_n == 0)
+
+
+def launch_fused(x, weight_q, weight_scale, bias, out, ws, block_size: int, ue8m0: bool, cfg: dict) -> None:
+    """``out`` = the block-scaled product of x with the weight, x quantized inside the kernel (the section's
+    comment) into ``ws``: a 16-byte aligned uint8 workspace of :func:`fused_workspace_bytes` bytes (codes,
+    K-major scales, the flags and the claim counter, which this zeroes first)."""
+    from quantkit.kernels.workspace import zero_int32
+
+    M, K = x.shape
+    N = weight_q.shape[0]
+    bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
+    codes, scales, flags = _fused_views(ws, M, K, block_size, bm)
+    zero_int32(flags, launch_dependents=True)
+    fp8 = gl.float8e4nv
+    a_desc = TensorDescriptor(codes, [M, K], [K, 1], [bm, block_size], _smem_layout(bm, block_size, fp8))
+    b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, block_size], _smem_layout(bn, block_size, fp8))
+    elt = out.element_size()
+    epi_tma = (cfg.get("EPI") == "tma" and out.stride(1) == 1 and (out.stride(0) * elt) % 16 == 0
+               and out.data_ptr() % 16 == 0)
+    if epi_tma:
+        c_layout = _smem_layout(64, bn, _C_DTYPES[out.dtype])
+        c_desc = TensorDescriptor(out, [M, N], [out.stride(0), 1], [64, bn], c_layout)
+    else:
+        c_desc = a_desc  # (not read)
+    stages = fused_stages(int(cfg["num_stages"]), bm, bn, block_size, elt, x.element_size())
+    tiles = ceil_div(M, bm) * ceil_div(N, bn)
+    _f8_gemm_fused_fast[(min(tiles, _num_sms(x.device.index or 0)),)](
+        x, x.stride(0), codes, K, scales, flags, a_desc, b_desc, weight_scale, weight_scale.stride(0),
+        weight_scale.stride(1), bias if bias is not None else weight_scale, out, c_desc, M, N, K, out.stride(0),
+        HAS_BIAS=bias is not None, GROUP_M=int(cfg["GROUP_M"]), STAGES=stages, UE8M0=ue8m0,
+        CONSUMER_REGS=FUSED_CONSUMER_REGS, QUANT_REGS=QUANT_REGS, SUB=quant_sub(x.element_size()), EPI_TMA=epi_tma,
+        num_warps=4,
+        launch_pdl=True)
+
+
+def _fused_layout(M: int, K: int, block_size: int, bm: int) -> tuple[int, int, int, int]:
+    """Byte offsets of the scales and the flags in the workspace, the flag count (with the claim counter),
+    and the workspace's size."""
+    num_k = ceil_div(K, block_size)
+    codes_bytes = ceil_div(M * K, 16) * 16
+    scales_bytes = ceil_div(num_k * M * 4, 16) * 16
+    n_flags = ceil_div(M, bm) * num_k + 1
+    return codes_bytes, codes_bytes + scales_bytes, n_flags, codes_bytes + scales_bytes + 4 * n_flags
+
+
+def fused_workspace_bytes(M: int, K: int, block_size: int, bm: int = 128) -> int:
+    return _fused_layout(M, K, block_size, bm)[3]
+
+
+def _fused_views(ws: torch.Tensor, M: int, K: int, block_size: int, bm: int):
+    """(codes [M, K] e4m3, scales [num_k, M] float32, flags int32) in the workspace."""
+    from quantkit.kernels.fp8_block import FP8_DTYPE
+
+    scales_at, flags_at, n_flags, size = _fused_layout(M, K, block_size, bm)
+    num_k = ceil_div(K, block_size)
+    codes = ws[:M * K].view(FP8_DTYPE).view(M, K)
+    scales = ws[scales_at:scales_at + num_k * M * 4].view(torch.float32).view(num_k, M)
+    flags = ws[flags_at:size].view(torch.int32)
+    return codes, scales, flags

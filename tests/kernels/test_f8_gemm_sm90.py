@@ -87,8 +87,6 @@ def test_gluon_config_checks():
         fk._check_config(fk._gluon(64, 128, 8, 4), 128)
     with pytest.raises(ValueError, match="BLOCK_M 128"):
         fk._check_config(fk._gluon(128, 128, 4, 4), 128)
-    with pytest.raises(ValueError, match="fuse_act_quant"):
-        fk._check_config(dict(fk._gluon(128, 128, 8, 4), fuse_act_quant=True), 128)
     fk._check_config(fk._gluon(128, 128, 8, 4, epi="tma"), 128)
     with pytest.raises(ValueError, match="EPI"):
         fk._check_config(fk._gluon(128, 128, 8, 4, epi="smem"), 128)
@@ -161,3 +159,146 @@ def test_pdl_and_cuda_graph_gpu():
                            fk.linear(x, weight_q, weight_scale, bias, config=TILED))
         assert_graph_replays_like(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
                                   lambda t: fk.linear(t, weight_q, weight_scale, bias, config=TILED))
+
+
+# --------------------------------------------------------------------------- x quantized inside the GEMM
+FUSED = fk._gluon(128, 128, 8, 4, epi="tma", fuse=True)
+
+
+def _compile_fused(cfg, out_dtype="bf16", bias=False, x_dtype="bf16", even=True, ue8m0=False):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from quantkit.kernels import f8_gemm_sm90 as g
+
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], 128
+    fp8 = g.gl.float8e4nv
+    sig = dict(x_ptr=f"*{x_dtype}", stride_xm="i32", q_ptr="*fp8e4nv", stride_qm="i32", s_ptr="*fp32",
+               flag_ptr="*i32", a_desc=f"tensordesc<fp8e4nv[{bm}, {bk}],{g._smem_layout(bm, bk, fp8)}>",
+               b_desc=f"tensordesc<fp8e4nv[{bn}, {bk}],{g._smem_layout(bn, bk, fp8)}>", bs_ptr="*fp32",
+               stride_bsn="i32", stride_bsk="i32", bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32",
+               K="i32", stride_cm="i32")
+    epi_tma = cfg.get("EPI") == "tma"
+    c_gl = {"bf16": g.gl.bfloat16, "fp16": g.gl.float16, "fp32": g.gl.float32}[out_dtype]
+    sig["c_desc"] = f"tensordesc<{out_dtype}[64, {bn}],{g._smem_layout(64, bn, c_gl)}>" if epi_tma else sig["a_desc"]
+    elt = {"bf16": 2, "fp16": 2, "fp32": 4}
+    stages = g.fused_stages(cfg["num_stages"], bm, bn, bk, elt[out_dtype], elt[x_dtype])  # (as the launcher)
+    consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=stages, UE8M0=ue8m0,
+                  CONSUMER_REGS=g.FUSED_CONSUMER_REGS, QUANT_REGS=g.QUANT_REGS, SUB=g.quant_sub(elt[x_dtype]),
+                  EPI_TMA=epi_tma, num_warps=4)
+    sig.update({k: "constexpr" for k in consts})
+    fn = g._f8_gemm_fused_kernel
+    sig = {name: sig[name] for name in fn.arg_names if name in sig}
+    # (what Triton specializes at a launch: 16-divisible pointers and K; an x row stride only when it is)
+    div = ["x_ptr", "q_ptr", "s_ptr", "flag_ptr", "bs_ptr", "bias_ptr", "c_ptr", "K", "stride_qm"]
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div + (["stride_xm"] if even else [])}
+    return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=4))
+
+
+def _check_fused_main() -> None:
+    """Compile the fused kernel for sm_90 (x bf16 / fp16, outputs of each dtype, a bias, an x row stride
+    Triton cannot see is 16-divisible, ue8m0 scales); print a line each, 'ok' last. Besides no spills:
+    the x tile travels in 16-byte cp.async copies, the flags are read with acquire and published with
+    release at gpu scope, and a proxy fence stands before the TMA copies."""
+    cfg = FUSED
+    jobs = [((cfg, "bf16", False), {}), ((cfg, "fp16", True), dict(x_dtype="fp16")),
+            ((cfg, "fp32", True), dict(x_dtype="bf16")), ((fk._gluon(128, 128, 8, 4, fuse=True), "bf16", True),
+                                                          dict(even=False, ue8m0=True))]
+
+    def extra(kernel, info, sass):
+        ptx = kernel.asm["ptx"]
+        copies = len(re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10", ptx))
+        ok = (copies >= 8 and "atom.global.gpu.acquire.add" in ptx and "atom.global.gpu.release.add" in ptx
+              and "fence.proxy.async.global" in ptx and "C7514" not in info and "C7515" not in info)
+        return f"x copies={copies}", ok
+
+    failures = []
+    for (c, out, bias), kw in jobs:
+        def compile_fn(c, out, bias, kw=kw):
+            return _compile_fused(c, out, bias, **kw)
+        try:
+            run_compile_jobs([(c, out, bias)], compile_fn, extra)
+        except SystemExit:
+            failures.append((c, out, bias, kw))
+    if failures:
+        print("FAILED:", failures)
+        raise SystemExit(1)
+    print("ok")
+
+
+def test_fused_compiles_for_sm90():
+    run_sm90_check("from tests.kernels.test_f8_gemm_sm90 import _check_fused_main; _check_fused_main()")
+
+
+def test_fused_config_checks():
+    fk._check_config(FUSED, 128)
+    with pytest.raises(ValueError, match="PDL"):
+        fk._check_config(dict(FUSED, PDL=True), 128)
+    with pytest.raises(ValueError, match="fuse_act_quant"):
+        fk._check_config(dict(fk._tiled(128, 128, 8, 4, True), fuse_act_quant=True), 128)
+
+
+def test_fused_config_on_the_cpu(kernel_device):
+    """Where the fused kernel cannot run (here: no GPU) the config quantizes x first and runs the tiled GEMM."""
+    if kernel_device != "cpu":
+        pytest.skip("the CPU path")
+    x, _, weight_q, weight_scale, b = make_problem(40, 96, 256, torch.bfloat16, True, "cpu")
+    check_linear(x, weight_q, weight_scale, b, "fused gluon config on the CPU", config=FUSED)
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mnk", [(1000, 4000, 4224), (333, 4096, 4000), (77, 384, 256), (1100, 2000, 512),
+                                 (4096, 1024, 128), (4096, 4096, 1024), (300, 1001, 512), (2048, 4096, 14336)])
+def test_fused_bit_identical_gpu(x_dtype, mnk):
+    """x quantized inside the GEMM: the same output, bit for bit, as the quantization kernel + the tiled GEMM
+    (fresh inputs, odd shapes, K not a multiple of 128, N = 1001 storing by rows, several tiles a program,
+    with and without a bias, ue8m0 scales; a float32 x takes the separate quantization)."""
+    m, n, k = mnk
+    torch.manual_seed(7 * m + n + k)
+    x, _, weight_q, weight_scale, bias = make_problem(m, n, k, x_dtype, True, "cuda")
+    for cfg in (FUSED, fk._gluon(128, 128, 8, 4, fuse=True), fk._gluon(128, 64, 8, 5, fuse=True, group_m=4)):
+        for b in (None, bias):
+            for fmt in (None, "ue8m0"):
+                y = fk.linear(x, weight_q, weight_scale, b, scale_fmt=fmt, config=cfg)
+                ref = fk.linear(x, weight_q, weight_scale, b, scale_fmt=fmt, config=TILED)
+                assert torch.equal(y, ref), f"{mnk} {cfg} {x_dtype} bias={b is not None} {fmt}"
+    if x_dtype != torch.float32:
+        check_linear(x, weight_q, weight_scale, bias, f"fused {mnk} {x_dtype}", config=FUSED)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_fused_strided_x_and_fallbacks_gpu():
+    """An x row stride that is not the row length (a column slice), one that is not 16-byte aligned (falls back),
+    K not a multiple of 16 (falls back), a 64-wide block size (falls back): all equal the tiled path."""
+    torch.manual_seed(3)
+    _, _, weight_q, weight_scale, bias = make_problem(500, 768, 1024, torch.bfloat16, True, "cuda")
+    wide = torch.randn(500, 1024 + 64, dtype=torch.bfloat16, device="cuda")
+    for x in (wide[:, :1024], wide[:, 8:1032], wide[:, 1:1025]):
+        assert torch.equal(fk.linear(x, weight_q, weight_scale, bias, config=FUSED),
+                           fk.linear(x, weight_q, weight_scale, bias, config=TILED))
+    x, _, weight_q, weight_scale, b = make_problem(300, 260, 1000, torch.bfloat16, True, "cuda")
+    check_linear(x, weight_q, weight_scale, b, "fused, K = 1000", config=FUSED)
+    x, _, weight_q, weight_scale, b = make_problem(300, 512, 1024, torch.bfloat16, True, "cuda", block=64)
+    check_linear(x, weight_q, weight_scale, b, "fused, block 64", config=fk._gluon(128, 64, 8, 4, fuse=True), block=64)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_fused_cuda_graph_and_repeated_calls_gpu():
+    """Replayed from a CUDA graph (the flags are zeroed inside it each time), and many calls back to back on
+    shapes of different flag counts."""
+    x, _, weight_q, weight_scale, bias = make_problem(1024, 2048, 4096, torch.bfloat16, True, "cuda")
+    assert_graph_replays_like(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=FUSED), x.clone(),
+                              lambda t: fk.linear(t, weight_q, weight_scale, bias, config=TILED))
+    small = x[:300, :1024].contiguous()
+    _, _, wq2, ws2, _ = make_problem(1, 640, 1024, torch.bfloat16, False, "cuda")
+    want_big = fk.linear(x, weight_q, weight_scale, bias, config=TILED)
+    want_small = fk.linear(small, wq2, ws2, None, config=TILED)
+    for _ in range(20):
+        assert torch.equal(fk.linear(x, weight_q, weight_scale, bias, config=FUSED), want_big)
+        assert torch.equal(fk.linear(small, wq2, ws2, None, config=FUSED), want_small)
