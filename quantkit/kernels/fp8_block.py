@@ -734,16 +734,15 @@ def _tiled(bm, bn, warps, stages, tma, group_m=8) -> dict:
             "fuse_act_quant": False, "num_warps": warps, "num_stages": stages}
 
 
-def _gluon(bm, bn, warps, stages, group_m=8, pdl=False, epi="rows", fuse=False) -> dict:
+def _gluon(bm, bn, warps, stages, group_m=8, pdl=False, epi="rows") -> dict:
     """Large M, sm_90: the activation quantization kernel, then the Gluon GEMM of
     :mod:`quantkit.kernels.f8_gemm_sm90` (a load warp, two consumer warpgroups that scale their products
     while the other's wgmmas run, persistent; ``pdl``: launched as a programmatic dependent of the
     quantization; ``epi="tma"``: the output tiles leave by TMA stores that overlap the next tile's K
-    loop). ``fuse``: one more warpgroup quantizes x inside the GEMM while it runs (b = 128; the codes
-    and scales go to a workspace behind the output), instead of a separate pass before it.
+    loop).
     Where it cannot run (another GPU, K not a multiple of 16, b outside 32–128) the Triton TMA GEMM
-    of the same tile runs, after the quantization kernel."""
-    cfg = {"kernel": "gluon", "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m, "fuse_act_quant": fuse,
+    of the same tile runs."""
+    cfg = {"kernel": "gluon", "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m, "fuse_act_quant": False,
            "num_warps": warps, "num_stages": stages}
     if pdl:
         cfg["PDL"] = True
@@ -830,7 +829,7 @@ def _check_config(config: dict, block_size: int) -> None:
         if not (_pow2(bm) and bm >= 16 and _pow2(bn) and 16 <= bn <= block_size):
             raise ValueError(f"{kind} config needs BLOCK_M a power of two ≥ 16 and BLOCK_N a power of two in "
                              f"[16, block_size={block_size}]: {config!r}")
-        if config["fuse_act_quant"] and kind != "gluon":
+        if config["fuse_act_quant"]:
             raise ValueError(f"the {kind} kernel reads quantized activations (fuse_act_quant=False): {config!r}")
         if config.get("EPI", "rows") not in ("rows", "tma") or (config.get("EPI") == "tma" and kind != "gluon"):
             raise ValueError(f"EPI is 'rows' or 'tma', and 'tma' only for the gluon kernel: {config!r}")
@@ -1109,15 +1108,6 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         if m <= 16 and aq_decode_sm90.usable(x, weight_q, config, block_size):
             return _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq_decode_sm90)
         config = _fit_block(_fused_default(n) if 2 <= m <= 16 else default_config(m, n, k), block_size)
-    if config["kernel"] == "gluon" and config["fuse_act_quant"]:
-        from quantkit.kernels import f8_gemm_sm90
-
-        if f8_gemm_sm90.usable_fused(x, weight_q, block_size, config["BLOCK_N"]):
-            y, ws = out_with_workspace(m, n, x.dtype, x.device,
-                                       f8_gemm_sm90.fused_workspace_bytes(m, k, block_size, config["BLOCK_M"]))
-            f8_gemm_sm90.launch_fused(x, weight_q, weight_scale, bias, y, ws, block_size, ue8m0, config)
-            return y
-        config = dict(config, fuse_act_quant=False)  # the quantization kernel, then the GEMM
     if config["fuse_act_quant"]:
         y = torch.empty(m, n, dtype=x.dtype, device=x.device)
         return _run_gemm(x, None, 0, 0, weight_q, weight_scale, bias, y, block_size, config, True, ue8m0)
