@@ -408,6 +408,49 @@ def _decode_config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, xp
     return cfg
 
 
+# What each kind of config must name (the others are optional: num_stages of a gemv, SPLIT_K / GROUP_N of an mma,
+# GROUP_M of an mma_ss, SUB / XPF / DIAG / DG / L2PF of a decode config), and which of those are powers of two.
+_KEYS = {
+    "gemv": ("BLOCK_N", "BLOCK_K", "num_warps"),
+    "stream": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps", "num_stages"),
+    "mma": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps", "num_stages"),
+    "mma_ss": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"),
+    "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
+    "decode": ("MT", "WK", "WM", "DK"),
+}
+_POW2_KEYS = {"gemv": ("BLOCK_N", "BLOCK_K", "num_warps"), "stream": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps"),
+              "mma": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps"),
+              "mma_ss": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), "tma_wgmma": (),
+              "decode": ("MT", "WK", "WM", "DK")}
+
+
+def _check_config(config: dict) -> None:
+    """A ValueError naming the family and the config for one this module cannot launch: an unknown kind, a
+    missing key, a tile size that is not a power of two (a config from a user or a cache file is checked
+    before anything is launched)."""
+    kind = config.get("kernel") if isinstance(config, dict) else None
+    keys = _KEYS.get(kind)
+    if keys is None:
+        raise ValueError(f"int8_weight_only config: 'kernel' must be one of {sorted(_KEYS)}, got {config!r}")
+    missing = [k for k in keys if k not in config]
+    if missing:
+        raise ValueError(f"int8_weight_only {kind} config {config!r} lacks {missing}")
+    for k in _POW2_KEYS[kind]:
+        v = config[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
+            raise ValueError(f"int8_weight_only {kind} config: {k} must be a power of two, got {config!r}")
+    if kind == "tma_wgmma":
+        from quantkit.kernels.wo_gemm_sm90 import check_config
+
+        check_config(config, FAMILY)
+    if kind == "decode":
+        from quantkit.kernels.wo_decode_sm90 import l2_prefetch
+
+        if config["DK"] not in (64, 128) or config["WK"] * config["WM"] > 16:
+            raise ValueError(f"int8_weight_only decode config: DK must be 64 or 128 and WK·WM <= 16, got {config!r}")
+        l2_prefetch(config)
+
+
 def _pow2_at_least(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
@@ -624,10 +667,10 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
                                        bench=functools.partial(_bench, x, weight_q, weight_scale, bias))
         else:  # the interpreter: no GPU to have tuned tables for
             config = default_config(M, N, K)
+    _check_config(config)
     if config.get("kernel") == "tma_wgmma":
         from quantkit.kernels import wo_gemm_sm90
 
-        wo_gemm_sm90.check_config(config, FAMILY)
         if wo_gemm_sm90.usable(x, weight_q):
             return wo_gemm_sm90.launch(x, weight_q, weight_scale, bias, config)
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)

@@ -257,6 +257,28 @@ def test_launcher_rejects_bad_inputs(kernel_device):
         k.linear(torch.randn(32, 2, device=kernel_device, dtype=torch.bfloat16).t(), weight_q, weight_scale)
     with pytest.raises(ValueError, match="config"):
         k.linear(x, weight_q, weight_scale, config={"kernel": "nope"})
+    # a config missing a key, or with a tile size that is not a power of two: named before any launch
+    with pytest.raises(ValueError, match=r"int8_weight_only gemv config .* lacks \['BLOCK_K'\]"):
+        k.linear(x, weight_q, weight_scale, config={"kernel": "gemv", "BLOCK_N": 16, "num_warps": 4})
+    with pytest.raises(ValueError, match="BLOCK_M must be a power of two"):
+        k.linear(x, weight_q, weight_scale, config=dict(_stream(16, 32), BLOCK_M=12))
+    with pytest.raises(ValueError, match="DK must be 64 or 128"):
+        k.linear(x, weight_q, weight_scale, config={"kernel": "decode", "MT": 1, "WK": 4, "WM": 1, "DK": 32})
+    with pytest.raises(ValueError, match="L2PF"):
+        k.linear(x, weight_q, weight_scale, config={"kernel": "decode", "MT": 1, "WK": 4, "WM": 1, "DK": 64,
+                                                    "L2PF": 64})
+
+
+def test_every_offered_and_shipped_config_passes_the_checks():
+    k = _module()
+    import json
+    from importlib import resources
+
+    configs = [c for m, n, kk in _bench_cells() for c in k.candidate_configs(m, n, kk) + [k.default_config(m, n, kk)]]
+    tables = json.loads(resources.files("quantkit.kernels").joinpath("tuned/int8_weight_only.json").read_text())
+    configs += [c for table in tables.values() if isinstance(table, dict) for c in table.values()]
+    for c in configs:
+        k._check_config(c)
 
 
 def _bench_cells():
