@@ -21,3 +21,12 @@ python notes/results/round24/probe_fused_timeline.py
 python notes/results/round24/probe_fused_power.py
 # 5. the fused config's GPU tests on commit 170c9f8 (gpu_tests_fused.log: 26 passed)
 python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_f8_gemm_sm90.py -k fused
+# 6. on an H200 (h200/): round 23's L2 prefetch hint, each cell's H200 config with L2PF 0 and 128
+#    (ab_l2pf_h200.log), then the decode kernel's GPU tests (gpu_tests_decode_h200.log: 20 of 22 passed
+#    before the call's 200 s limit, none failed)
+for cell in "int4_weight_only 16 14336x4096" "int4_weight_only 1 14336x4096" "int4_weight_only 16 4096x14336" \
+            "int8_weight_only 16 14336x4096"; do
+  set -- $cell   # the H200's config for the cell from tuning.get_config, as {..., "L2PF": 0} and {..., "L2PF": 128}
+  python scripts/probe_ab_configs.py $1 $2 $3 5 "$CFG_L2PF_0" "$CFG_L2PF_128"
+done
+python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_wo_decode_sm90.py
