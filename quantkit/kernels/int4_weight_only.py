@@ -70,6 +70,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from quantkit.kernels.configs import check_keys
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div
@@ -652,16 +653,7 @@ def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True, diag=False, dg=None, scal
 
 
 def _check_config(config: dict) -> None:
-    keys = _KEYS.get(config.get("kernel"))
-    if keys is None:
-        raise ValueError(f"int4_weight_only config: 'kernel' must be one of {sorted(_KEYS)}, got {config!r}")
-    missing = [k for k in keys if k not in config]
-    if missing:
-        raise ValueError(f"int4_weight_only config {config!r} lacks {missing}")
-    for k in _POW2_KEYS[config["kernel"]]:
-        v = config[k]
-        if not isinstance(v, int) or v < 1 or v & (v - 1):
-            raise ValueError(f"int4_weight_only config: {k} must be a power of two, got {config!r}")
+    check_keys("int4_weight_only", config, _KEYS, _POW2_KEYS)
     if config["kernel"] == "mma" and min(config["BLOCK_N"], config["BLOCK_M"], config["BLOCK_K"]) < 16:
         raise ValueError(f"int4_weight_only mma config: BLOCK_M, BLOCK_N and BLOCK_K must be >= 16 (tl.dot), "
                          f"got {config!r}")

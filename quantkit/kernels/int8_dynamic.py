@@ -85,6 +85,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from quantkit.kernels.configs import check_keys, is_pow2
 from quantkit.kernels.launch import cached
 from quantkit.kernels.workspace import out_with_workspace
 from quantkit.kernels.tiling import grouped_pid
@@ -620,25 +621,17 @@ def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
 
 
 def _check_config(config: dict) -> None:
-    kind = config.get("kernel")
-    keys = _KEYS.get(kind)
-    if keys is None:
-        raise ValueError(f"int8_dynamic config: 'kernel' must be one of {sorted(_KEYS)}, got {config!r}")
-    missing = [k for k in keys if k not in config]
-    if missing:
-        raise ValueError(f"int8_dynamic config {config!r} lacks {missing}")
+    kind = check_keys("int8_dynamic", config, _KEYS)
     if kind == "decode":
         from quantkit.kernels.aq_decode_sm90 import check_config
 
         check_config(config)
         return
     if kind == "stream":
-        def pow2(v):
-            return isinstance(v, int) and v >= 1 and v & (v - 1) == 0
         # int8 mma.sync takes 16 weight rows and 32-deep K steps per warp slice; x rows up to 16.
-        if not (pow2(config["BLOCK_N"]) and config["BLOCK_N"] >= 16 and pow2(config["BLOCK_K"])
-                and config["BLOCK_K"] >= 32 and pow2(config["BLOCK_M"]) and config["BLOCK_M"] <= 16
-                and pow2(config["num_warps"])):
+        if not (is_pow2(config["BLOCK_N"]) and config["BLOCK_N"] >= 16 and is_pow2(config["BLOCK_K"])
+                and config["BLOCK_K"] >= 32 and is_pow2(config["BLOCK_M"]) and config["BLOCK_M"] <= 16
+                and is_pow2(config["num_warps"])):
             raise ValueError(f"int8_dynamic stream config: BLOCK_N a power of two >= 16, BLOCK_K a power of two "
                              f">= 32, BLOCK_M a power of two <= 16 and num_warps a power of two, got {config!r}")
     if kind == "two_pass":

@@ -95,6 +95,7 @@ import triton
 import triton.language as tl
 
 from quantkit.kernels import tuning
+from quantkit.kernels.configs import check_keys
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div  # not triton.cdiv: ~4 µs of host time a call
@@ -425,20 +426,9 @@ _POW2_KEYS = {"gemv": ("BLOCK_N", "BLOCK_K", "num_warps"), "stream": ("BLOCK_N",
 
 
 def _check_config(config: dict) -> None:
-    """A ValueError naming the family and the config for one this module cannot launch: an unknown kind, a
-    missing key, a tile size that is not a power of two (a config from a user or a cache file is checked
-    before anything is launched)."""
-    kind = config.get("kernel") if isinstance(config, dict) else None
-    keys = _KEYS.get(kind)
-    if keys is None:
-        raise ValueError(f"int8_weight_only config: 'kernel' must be one of {sorted(_KEYS)}, got {config!r}")
-    missing = [k for k in keys if k not in config]
-    if missing:
-        raise ValueError(f"int8_weight_only {kind} config {config!r} lacks {missing}")
-    for k in _POW2_KEYS[kind]:
-        v = config[k]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v & (v - 1):
-            raise ValueError(f"int8_weight_only {kind} config: {k} must be a power of two, got {config!r}")
+    """A ValueError naming the family and the config for one this module cannot launch (``configs.check_keys``,
+    then a decode DK / L2PF or a ``tma_wgmma`` tile its kernel cannot take)."""
+    kind = check_keys(FAMILY, config, _KEYS, _POW2_KEYS)
     if kind == "tma_wgmma":
         from quantkit.kernels.wo_gemm_sm90 import check_config
 

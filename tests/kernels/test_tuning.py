@@ -326,3 +326,20 @@ def test_gpu_sweep_writes_as_it_goes_and_resumes(tmp_path):
                  "--out", str(out)])
     second = json.loads(out.read_text())["families"]["int8_weight_only"]
     assert second["1,1024,4096"] == row and "16,1024,4096" in second
+
+
+def test_config_key_check_names_the_family_and_the_fault():
+    from quantkit.kernels.configs import check_keys, is_pow2
+
+    keys, pow2 = {"a": ("X", "Y")}, {"a": ("X",)}
+    assert check_keys("fam", {"kernel": "a", "X": 8, "Y": 3, "extra": 1}, keys, pow2) == "a"
+    with pytest.raises(ValueError, match=r"fam config: 'kernel' must be one of \['a'\], got \{'kernel': 'b'\}"):
+        check_keys("fam", {"kernel": "b"}, keys, pow2)
+    with pytest.raises(ValueError, match=r"fam config: 'kernel' must be one of"):
+        check_keys("fam", None, keys, pow2)
+    with pytest.raises(ValueError, match=r"fam a config .* lacks \['Y'\]"):
+        check_keys("fam", {"kernel": "a", "X": 8}, keys, pow2)
+    with pytest.raises(ValueError, match="fam a config: X must be a power of two"):
+        check_keys("fam", {"kernel": "a", "X": 12, "Y": 1}, keys, pow2)
+    assert [is_pow2(v) for v in (1, 2, 64, 0, -4, 3, True, 2.0)] == [True, True, True, False, False, False, False,
+                                                                      False]
