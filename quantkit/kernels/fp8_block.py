@@ -86,6 +86,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from quantkit.kernels.configs import check_keys
 from quantkit.kernels.launch import cached
 from quantkit.kernels.workspace import out_with_workspace
 from quantkit.kernels.tiling import grouped_pid
@@ -702,6 +703,8 @@ _CONFIG_KEYS = {
     "gluon": ("BLOCK_M", "BLOCK_N", "GROUP_M", "fuse_act_quant", "num_warps", "num_stages"),
     "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL", "fuse_act_quant"),
 }
+_OPTIONAL_KEYS = {"gemv": (), "swap": ("PDL", "SPLIT_K"), "stream": (), "tiled": ("EPI",), "cublas": (),
+                  "gluon": ("PDL", "EPI"), "decode": ("DIAG", "TILED")}
 
 
 def _gemv(bw, groups, warps) -> dict:
@@ -779,14 +782,14 @@ def _pow2(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
 
 
+
+def check_config_entry(config: dict) -> None:
+    """A ValueError for a config this family cannot run (what ``tuning`` checks a user-cache entry with)."""
+    _check_config(_fit_block(config, 128), 128)
+
+
 def _check_config(config: dict, block_size: int) -> None:
-    kind = config.get("kernel")
-    keys = _CONFIG_KEYS.get(kind)
-    if keys is None:
-        raise ValueError(f"fp8_block config needs 'kernel' in {sorted(_CONFIG_KEYS)}, got {config!r}")
-    for key in keys:
-        if key not in config:
-            raise ValueError(f"fp8_block {kind} config is missing {key!r}: {config!r}")
+    kind = check_keys("fp8_block", config, _CONFIG_KEYS, optional=_OPTIONAL_KEYS)
     if "PDL" in config and kind != "decode" and (kind not in ("swap", "gluon") or config["fuse_act_quant"]
                                                  or not isinstance(config["PDL"], bool)):
         raise ValueError(f"PDL (a bool) is a key of the swap and gluon kernels on quantized x "

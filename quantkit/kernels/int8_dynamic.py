@@ -575,6 +575,7 @@ _KEYS = {
     "two_pass": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "mode", "pdl"),
     "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL"),
 }
+_OPTIONAL_KEYS = {"gemv": (), "fused": (), "stream": (), "two_pass": ("EPI",), "decode": ("DIAG", "TILED")}
 _MODES = ("pointer", "tma", "persistent", "gluon", "gluon_ws")
 
 
@@ -620,8 +621,14 @@ def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
     return cfg
 
 
+
+def check_config_entry(config: dict) -> None:
+    """A ValueError for a config this family cannot run (what ``tuning`` checks a user-cache entry with)."""
+    _check_config(config)
+
+
 def _check_config(config: dict) -> None:
-    kind = check_keys("int8_dynamic", config, _KEYS)
+    kind = check_keys("int8_dynamic", config, _KEYS, optional=_OPTIONAL_KEYS)
     if kind == "decode":
         from quantkit.kernels.aq_decode_sm90 import check_config
 

@@ -409,8 +409,7 @@ def _decode_config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, xp
     return cfg
 
 
-# What each kind of config must name (the others are optional: num_stages of a gemv, SPLIT_K / GROUP_N of an mma,
-# GROUP_M of an mma_ss, SUB / XPF / DIAG / DG / L2PF of a decode config), and which of those are powers of two.
+# What each kind of config must name, what it may name besides, and which keys are powers of two.
 _KEYS = {
     "gemv": ("BLOCK_N", "BLOCK_K", "num_warps"),
     "stream": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps", "num_stages"),
@@ -419,16 +418,25 @@ _KEYS = {
     "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
     "decode": ("MT", "WK", "WM", "DK"),
 }
+_OPTIONAL_KEYS = {"gemv": ("num_stages",), "stream": (), "mma": ("SPLIT_K", "GROUP_N"), "mma_ss": ("GROUP_M",),
+                  "tma_wgmma": ("PERSISTENT", "STREAM_K"),
+                  "decode": ("SUB", "XPF", "DIAG", "DG", "TILED", "L2PF", "MAXNREG")}
 _POW2_KEYS = {"gemv": ("BLOCK_N", "BLOCK_K", "num_warps"), "stream": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps"),
               "mma": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps"),
               "mma_ss": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), "tma_wgmma": (),
               "decode": ("MT", "WK", "WM", "DK")}
 
 
+
+def check_config_entry(config: dict) -> None:
+    """A ValueError for a config this family cannot run (what ``tuning`` checks a user-cache entry with)."""
+    _check_config(config)
+
+
 def _check_config(config: dict) -> None:
     """A ValueError naming the family and the config for one this module cannot launch (``configs.check_keys``,
     then a decode DK / L2PF or a ``tma_wgmma`` tile its kernel cannot take)."""
-    kind = check_keys(FAMILY, config, _KEYS, _POW2_KEYS)
+    kind = check_keys(FAMILY, config, _KEYS, _POW2_KEYS, _OPTIONAL_KEYS)
     if kind == "tma_wgmma":
         from quantkit.kernels.wo_gemm_sm90 import check_config
 

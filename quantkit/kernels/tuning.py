@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -157,6 +158,30 @@ def _write_user_cache(family: str, key: str, config: dict) -> None:
     _write_json(path, data)  # atomic: a concurrent reader sees the old or the new file, never half
 
 
+def _valid_entries(family: str, entries: dict[str, dict], module) -> dict[str, dict]:
+    """The user cache's entries that ``module.check_config_entry`` accepts. One written by another version of
+    quantkit (or edited by hand) that this one cannot run is skipped with a warning naming it and the file,
+    rather than failing every call that would have used it."""
+    check = getattr(module, "check_config_entry", None)
+    if check is None:
+        return entries
+    valid = {}
+    for key, config in entries.items():
+        try:
+            check(config)
+        except (ValueError, TypeError, AttributeError) as exc:
+            if (family, key) not in _WARNED:
+                _WARNED.add((family, key))
+                warnings.warn(f"quantkit: ignoring the {family} config for (M, N, K) = ({key}) in "
+                              f"{user_cache_path()}: {exc}", stacklevel=3)
+            continue
+        valid[key] = config
+    return valid
+
+
+_WARNED: set = set()
+
+
 def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dict], float] | None = None) -> dict:
     """The config ``module`` (a kernel family) should use for an [m, k] x [n, k]^T problem."""
     memo_key = (family, m_bucket(m), n, k)
@@ -164,7 +189,7 @@ def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dic
     if config is not None:
         return config
     key = _key(m, n, k)
-    user = _read_user_cache().get(family, {})
+    user = _valid_entries(family, _read_user_cache().get(family, {}), module)
     own, borrowed, _ = _shipped_split(family)
     config = user.get(key) or own.get(key)
     if config is None and bench is not None and os.environ.get("QUANTKIT_AUTOTUNE") == "1" \

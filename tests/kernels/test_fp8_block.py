@@ -338,8 +338,10 @@ def test_shipped_table_holds_valid_configs():
 def test_bad_configs_are_rejected():
     with pytest.raises(ValueError, match="kernel"):
         fk._check_config({"BLOCK_M": 64}, 128)
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(ValueError, match="lacks"):
         fk._check_config({"kernel": "tiled", "BLOCK_M": 64}, 128)
+    with pytest.raises(ValueError, match=r"fp8_block tiled config .* does not take: \['NUM_STAGES'\]"):
+        fk._check_config(dict(fk._tiled(64, 128, 4, 3, False), NUM_STAGES=3), 128)
     with pytest.raises(ValueError, match="BLOCK_N"):
         fk._check_config(fk._tiled(64, 96, 4, 3, False), 128)
     with pytest.raises(ValueError, match="BLOCK_N"):

@@ -269,18 +269,6 @@ def test_launcher_rejects_bad_inputs(kernel_device):
                                                     "L2PF": 64})
 
 
-def test_every_offered_and_shipped_config_passes_the_checks():
-    k = _module()
-    import json
-    from importlib import resources
-
-    configs = [c for m, n, kk in _bench_cells() for c in k.candidate_configs(m, n, kk) + [k.default_config(m, n, kk)]]
-    tables = json.loads(resources.files("quantkit.kernels").joinpath("tuned/int8_weight_only.json").read_text())
-    configs += [c for table in tables.values() if isinstance(table, dict) for c in table.values()]
-    for c in configs:
-        k._check_config(c)
-
-
 def _bench_cells():
     from quantkit.kernels.tuning import BENCH_M, LLAMA_SHAPES
 

@@ -343,3 +343,42 @@ def test_config_key_check_names_the_family_and_the_fault():
         check_keys("fam", {"kernel": "a", "X": 12, "Y": 1}, keys, pow2)
     assert [is_pow2(v) for v in (1, 2, 64, 0, -4, 3, True, 2.0)] == [True, True, True, False, False, False, False,
                                                                       False]
+
+
+def test_a_user_cache_entry_this_version_cannot_run_is_skipped_with_a_warning(monkeypatch):
+    """A user-cache entry from another version (a key this one no longer takes) must not break the calls that
+    would use it: it is skipped, once named in a warning, and the shipped table's entry runs."""
+    from quantkit.kernels import int8_weight_only as k
+
+    good = k._gemv_config(16, 512, 4, 3)
+    stale = dict(good, NUM_STAGES=3)
+    monkeypatch.setattr(tuning, "_shipped_split", lambda family: ({"1,4096,4096": good}, {}, []))
+    monkeypatch.setattr(tuning, "_read_user_cache",
+                        lambda: {"int8_weight_only": {"1,4096,4096": stale, "1,1024,4096": good}})
+    monkeypatch.setattr(tuning, "_MEMO", {})
+    monkeypatch.setattr(tuning, "_WARNED", set())
+    monkeypatch.setattr(tuning, "user_cache_path", lambda: "/home/u/.cache/quantkit/tuned-gpu.json")
+    with pytest.warns(UserWarning, match=r"ignoring the int8_weight_only config for \(M, N, K\) = \(1,4096,4096\) in "
+                                         r"/home/u/.cache/quantkit/tuned-gpu.json: .*NUM_STAGES"):
+        assert tuning.get_config("int8_weight_only", 1, 4096, 4096, k) == good
+    assert tuning.get_config("int8_weight_only", 1, 1024, 4096, k) == good  # a valid entry is used as before
+    with pytest.raises(ValueError, match=r"int8_weight_only gemv config .* has keys it does not take: \['NUM_STAGES'\]"):
+        k._check_config(stale)
+
+
+@pytest.mark.parametrize("family", ["fp8_block", "int8_dynamic", "int8_weight_only", "int4_weight_only"])
+def test_every_offered_default_and_shipped_config_passes_its_family_check(family):
+    """The checks that reject unknown keys must accept everything the library itself offers or ships (M from 1
+    to 8192 on the benchmark shapes, the lm_head, an odd shape; every GPU's table)."""
+    import importlib
+    import json
+
+    mod = importlib.import_module(f"quantkit.kernels.{family}")
+    configs = []
+    for m in (1, 2, 3, 4, 8, 16, 17, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
+        for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096), (128256, 4096), (1001, 320)):
+            configs += mod.candidate_configs(m, n, k) + [mod.default_config(m, n, k)]
+    tables = json.loads((tuning._SHIPPED_DIR / f"{family}.json").read_text())
+    configs += [c for table in tables.values() if isinstance(table, dict) for c in table.values()]
+    for c in configs:
+        mod.check_config_entry(c)
