@@ -30,3 +30,5 @@ for cell in "int4_weight_only 16 14336x4096" "int4_weight_only 1 14336x4096" "in
   python scripts/probe_ab_configs.py $1 $2 $3 5 "$CFG_L2PF_0" "$CFG_L2PF_128"
 done
 python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_wo_decode_sm90.py
+# 7. after the config-key checks (commit 0e05b6c), on an H100: 15 passed
+python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_tuning.py tests/test_tune_cli.py tests/kernels/test_plan.py
