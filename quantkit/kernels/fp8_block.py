@@ -86,7 +86,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from quantkit.kernels.configs import check_keys
+from quantkit.kernels.configs import check_keys, is_pow2, key_sets
 from quantkit.kernels.launch import cached
 from quantkit.kernels.workspace import out_with_workspace
 from quantkit.kernels.tiling import grouped_pid
@@ -705,6 +705,7 @@ _CONFIG_KEYS = {
 }
 _OPTIONAL_KEYS = {"gemv": (), "swap": ("PDL", "SPLIT_K"), "stream": (), "tiled": ("EPI",), "cublas": (),
                   "gluon": ("PDL", "EPI"), "decode": ("DIAG", "TILED")}
+_KINDS = key_sets(_CONFIG_KEYS, _OPTIONAL_KEYS)
 
 
 def _gemv(bw, groups, warps) -> dict:
@@ -778,18 +779,13 @@ def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
     return cfg
 
 
-def _pow2(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
-
-
-
 def check_config_entry(config: dict) -> None:
     """A ValueError for a config this family cannot run (what ``tuning`` checks a user-cache entry with)."""
     _check_config(_fit_block(config, 128), 128)
 
 
 def _check_config(config: dict, block_size: int) -> None:
-    kind = check_keys("fp8_block", config, _CONFIG_KEYS, optional=_OPTIONAL_KEYS)
+    kind = check_keys("fp8_block", config, _KINDS)
     if "PDL" in config and kind != "decode" and (kind not in ("swap", "gluon") or config["fuse_act_quant"]
                                                  or not isinstance(config["PDL"], bool)):
         raise ValueError(f"PDL (a bool) is a key of the swap and gluon kernels on quantized x "
@@ -806,21 +802,21 @@ def _check_config(config: dict, block_size: int) -> None:
             raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False): {config!r}")
         return
     split = config.get("SPLIT_K", 1)
-    if not (_pow2(split) and split <= 16) or (split > 1 and (kind != "swap" or config["fuse_act_quant"])):
+    if not (is_pow2(split) and split <= 16) or (split > 1 and (kind != "swap" or config["fuse_act_quant"])):
         raise ValueError(f"SPLIT_K must be a power of two <= 16, and > 1 only for the swap kernel on quantized "
                          f"x (fuse_act_quant=False): {config!r}")
     stages = config["num_stages"]
-    if not _pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
+    if not is_pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"fp8_block config needs num_warps a power of two and num_stages ≥ 1: {config!r}")
     if kind == "stream":
         bw, bx = config["BLOCK_W"], config["BLOCK_X"]
-        if not (_pow2(bw) and 16 <= bw <= block_size and _pow2(bx) and bx <= 64 and config["num_warps"] <= 16):
+        if not (is_pow2(bw) and 16 <= bw <= block_size and is_pow2(bx) and bx <= 64 and config["num_warps"] <= 16):
             raise ValueError(f"stream config needs BLOCK_W a power of two in [16, block_size={block_size}], "
                              f"BLOCK_X a power of two ≤ 64 and num_warps ≤ 16: {config!r}")
     elif kind in ("gemv", "swap"):
         bw, groups = config["BLOCK_W"], config["GROUPS"]
         bx = config.get("BLOCK_X", 1)
-        if not (_pow2(bw) and 16 <= bw <= block_size and _pow2(bx) and bx <= 256 and _pow2(groups)
+        if not (is_pow2(bw) and 16 <= bw <= block_size and is_pow2(bx) and bx <= 256 and is_pow2(groups)
                 and groups <= 16):
             raise ValueError(f"{kind} config needs BLOCK_W a power of two in [16, block_size={block_size}], "
                              f"BLOCK_X a power of two ≤ 256 and GROUPS a power of two ≤ 16: {config!r}")
@@ -829,7 +825,7 @@ def _check_config(config: dict, block_size: int) -> None:
 
     else:
         bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-        if not (_pow2(bm) and bm >= 16 and _pow2(bn) and 16 <= bn <= block_size):
+        if not (is_pow2(bm) and bm >= 16 and is_pow2(bn) and 16 <= bn <= block_size):
             raise ValueError(f"{kind} config needs BLOCK_M a power of two ≥ 16 and BLOCK_N a power of two in "
                              f"[16, block_size={block_size}]: {config!r}")
         if config["fuse_act_quant"]:

@@ -70,7 +70,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from quantkit.kernels.configs import check_keys
+from quantkit.kernels.configs import check_keys, key_sets
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div
@@ -591,6 +591,7 @@ _KEYS = {
 _OPTIONAL_KEYS = {"small": ("ASM",), "gemv": (), "mma": ("ASM",), "dequant_mm": ("ASM",),
                   "tma_wgmma": ("PERSISTENT", "STREAM_K"),
                   "decode": ("SUB", "XPF", "DIAG", "DG", "TILED", "L2PF", "MAXNREG", "SCALE_IN")}
+_KINDS = key_sets(_KEYS, _OPTIONAL_KEYS)
 _POW2_KEYS = {"small": ("BLOCK_N", "CHUNKS", "num_warps"), "gemv": ("BLOCK_N", "BLOCK_K"),
               "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K"), "dequant_mm": ("BLOCK_N", "BLOCK_K"),
               "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), "decode": ("MT", "WK", "WM", "DK")}
@@ -655,14 +656,13 @@ def _decode(mt=1, wk=4, wm=1, dk=128, sub=1, xpf=True, diag=False, dg=None, scal
     return cfg
 
 
-
 def check_config_entry(config: dict) -> None:
     """A ValueError for a config this family cannot run (what ``tuning`` checks a user-cache entry with)."""
     _check_config(config)
 
 
 def _check_config(config: dict) -> None:
-    check_keys("int4_weight_only", config, _KEYS, _POW2_KEYS, _OPTIONAL_KEYS)
+    check_keys("int4_weight_only", config, _KINDS, _POW2_KEYS)
     if config["kernel"] == "mma" and min(config["BLOCK_N"], config["BLOCK_M"], config["BLOCK_K"]) < 16:
         raise ValueError(f"int4_weight_only mma config: BLOCK_M, BLOCK_N and BLOCK_K must be >= 16 (tl.dot), "
                          f"got {config!r}")

@@ -85,7 +85,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from quantkit.kernels.configs import check_keys, is_pow2
+from quantkit.kernels.configs import check_keys, is_pow2, key_sets
 from quantkit.kernels.launch import cached
 from quantkit.kernels.workspace import out_with_workspace
 from quantkit.kernels.tiling import grouped_pid
@@ -576,6 +576,7 @@ _KEYS = {
     "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL"),
 }
 _OPTIONAL_KEYS = {"gemv": (), "fused": (), "stream": (), "two_pass": ("EPI",), "decode": ("DIAG", "TILED")}
+_KINDS = key_sets(_KEYS, _OPTIONAL_KEYS)
 _MODES = ("pointer", "tma", "persistent", "gluon", "gluon_ws")
 
 
@@ -621,14 +622,13 @@ def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
     return cfg
 
 
-
 def check_config_entry(config: dict) -> None:
     """A ValueError for a config this family cannot run (what ``tuning`` checks a user-cache entry with)."""
     _check_config(config)
 
 
 def _check_config(config: dict) -> None:
-    kind = check_keys("int8_dynamic", config, _KEYS, optional=_OPTIONAL_KEYS)
+    kind = check_keys("int8_dynamic", config, _KINDS)
     if kind == "decode":
         from quantkit.kernels.aq_decode_sm90 import check_config
 

@@ -95,7 +95,7 @@ import triton
 import triton.language as tl
 
 from quantkit.kernels import tuning
-from quantkit.kernels.configs import check_keys
+from quantkit.kernels.configs import check_keys, key_sets
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
 from quantkit.reference.common import ceil_div  # not triton.cdiv: ~4 µs of host time a call
@@ -421,11 +421,11 @@ _KEYS = {
 _OPTIONAL_KEYS = {"gemv": ("num_stages",), "stream": (), "mma": ("SPLIT_K", "GROUP_N"), "mma_ss": ("GROUP_M",),
                   "tma_wgmma": ("PERSISTENT", "STREAM_K"),
                   "decode": ("SUB", "XPF", "DIAG", "DG", "TILED", "L2PF", "MAXNREG")}
+_KINDS = key_sets(_KEYS, _OPTIONAL_KEYS)
 _POW2_KEYS = {"gemv": ("BLOCK_N", "BLOCK_K", "num_warps"), "stream": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps"),
               "mma": ("BLOCK_N", "BLOCK_M", "BLOCK_K", "num_warps"),
               "mma_ss": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), "tma_wgmma": (),
               "decode": ("MT", "WK", "WM", "DK")}
-
 
 
 def check_config_entry(config: dict) -> None:
@@ -436,7 +436,7 @@ def check_config_entry(config: dict) -> None:
 def _check_config(config: dict) -> None:
     """A ValueError naming the family and the config for one this module cannot launch (``configs.check_keys``,
     then a decode DK / L2PF or a ``tma_wgmma`` tile its kernel cannot take)."""
-    kind = check_keys(FAMILY, config, _KEYS, _POW2_KEYS, _OPTIONAL_KEYS)
+    kind = check_keys(FAMILY, config, _KINDS, _POW2_KEYS)
     if kind == "tma_wgmma":
         from quantkit.kernels.wo_gemm_sm90 import check_config
 

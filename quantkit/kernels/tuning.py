@@ -158,6 +158,9 @@ def _write_user_cache(family: str, key: str, config: dict) -> None:
     _write_json(path, data)  # atomic: a concurrent reader sees the old or the new file, never half
 
 
+_WARNED: set = set()  # (family, key) of the user-cache entries already warned about
+
+
 def _valid_entries(family: str, entries: dict[str, dict], module) -> dict[str, dict]:
     """The user cache's entries that ``module.check_config_entry`` accepts. One written by another version of
     quantkit (or edited by hand) that this one cannot run is skipped with a warning naming it and the file,
@@ -177,9 +180,6 @@ def _valid_entries(family: str, entries: dict[str, dict], module) -> dict[str, d
             continue
         valid[key] = config
     return valid
-
-
-_WARNED: set = set()
 
 
 def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dict], float] | None = None) -> dict:

@@ -329,9 +329,9 @@ def test_gpu_sweep_writes_as_it_goes_and_resumes(tmp_path):
 
 
 def test_config_key_check_names_the_family_and_the_fault():
-    from quantkit.kernels.configs import check_keys, is_pow2
+    from quantkit.kernels.configs import check_keys, is_pow2, key_sets
 
-    keys, pow2 = {"a": ("X", "Y")}, {"a": ("X",)}
+    keys, pow2 = key_sets({"a": ("X", "Y")}, {"a": ("extra",)}), {"a": ("X",)}
     assert check_keys("fam", {"kernel": "a", "X": 8, "Y": 3, "extra": 1}, keys, pow2) == "a"
     with pytest.raises(ValueError, match=r"fam config: 'kernel' must be one of \['a'\], got \{'kernel': 'b'\}"):
         check_keys("fam", {"kernel": "b"}, keys, pow2)
@@ -339,6 +339,9 @@ def test_config_key_check_names_the_family_and_the_fault():
         check_keys("fam", None, keys, pow2)
     with pytest.raises(ValueError, match=r"fam a config .* lacks \['Y'\]"):
         check_keys("fam", {"kernel": "a", "X": 8}, keys, pow2)
+    with pytest.raises(ValueError, match=r"fam a config .* has keys it does not take: \['Z'\] \(it takes \['X', 'Y', "
+                                         r"'extra'\]\)"):
+        check_keys("fam", {"kernel": "a", "X": 8, "Y": 3, "Z": 1}, keys, pow2)
     with pytest.raises(ValueError, match="fam a config: X must be a power of two"):
         check_keys("fam", {"kernel": "a", "X": 12, "Y": 1}, keys, pow2)
     assert [is_pow2(v) for v in (1, 2, 64, 0, -4, 3, True, 2.0)] == [True, True, True, False, False, False, False,
