@@ -59,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "the median (steadies the ratios of the long cells on a warming GPU)")
     p.add_argument("--no-gpu-time", action="store_true",
                    help="skip each row's CUDA-graph GPU time and host time per call (GPU only; ~1 s a row)")
+    p.add_argument("--no-floor", action="store_true",
+                   help="skip the read floor of each row's bytes at M <= 16 (GPU only; a few s a cell)")
     p.add_argument("--compile-peers", action="store_true", help="also time torchao under torch.compile")
     p.add_argument("--copy-mib", type=int, default=None, help="size of the bandwidth-reference copy "
                                                                   "(default 1024 MiB on a GPU, 64 on a CPU)")
@@ -99,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             shapes=common.parse_shapes(args.shapes), ms=common.parse_int_list(args.m), device=args.device,
             warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, peers=not args.no_peers,
             compile_peers=args.compile_peers, seed=args.seed, gpu_time=not args.no_gpu_time, rounds=args.rounds,
+            floor=not args.no_floor,
             copy_bytes=args.copy_mib * 2**20 if args.copy_mib else None)
         if args.recipes is not None:
             config.recipes = _recipes(args.recipes)

@@ -10,7 +10,10 @@ Method (PERFORMANCE.md's, so the numbers compare with the peer anchors there):
   calls); the baseline is ``F.linear`` on the bf16 weight in the same process;
 * bandwidth counts weight (every buffer of the layer) + activation + output bytes, and is compared
   with a device-to-device copy measured in the same run (bytes read + written);
-* error is ‖y − y_ref‖ / ‖y_ref‖ with y_ref = float64 ``F.linear`` of the original bf16 weight.
+* error is ‖y − y_ref‖ / ‖y_ref‖ with y_ref = float64 ``F.linear`` of the original bf16 weight;
+* at decode sizes (M <= ``FLOOR_MAX_M``, on a GPU) each row also gets the read floor of its bytes under the
+  same timer (:mod:`quantkit.bench.floor`), and bf16's time over it: the largest speedup over bf16 that any
+  kernel moving those bytes could show in that cell.
 
 On a machine without a GPU the same code runs on the CPU with a ``perf_counter`` timer (the reference
 numerics), which is how the tests keep the harness from rotting.
@@ -29,13 +32,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from quantkit.api import quantize_
-from quantkit.bench import common
+from quantkit.bench import common, floor
 from quantkit.recipes import load_plan, recipe_names
 
 KIND = "quantkit-bench-layers"
 LLAMA_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
 BENCH_M = (1, 16, 128, 1024, 4096)
 BF16 = "bf16"
+#: Rows up to this M get a read floor: there a layer's time is the time to move its bytes; at larger M it is
+#: the arithmetic's, and a read floor would say nothing.
+FLOOR_MAX_M = 16
 
 #: Upper bounds on ‖y − y_ref‖/‖y_ref‖ for weights N(0, 0.02²) and inputs N(0, 1) (PERFORMANCE.md
 #: measured fp8-block 0.037, int8-dynamic 0.014, int8-weight-only 0.010, int4 g128 0.105, bf16
@@ -63,6 +69,7 @@ class LayerBenchConfig:
     seed: int = 0
     gpu_time: bool = True  # on a GPU, also the CUDA-graph GPU time and the host time per call of every row
     rounds: int = 1  # eager timings per row, interleaved across the cell's methods; the row keeps their median
+    floor: bool = True  # on a GPU, the read floor of each row's bytes at M <= FLOOR_MAX_M (a few s a cell)
 
 
 @dataclass
@@ -151,6 +158,7 @@ def run_layers(config: LayerBenchConfig, log: Callable[[str], None] = print, arg
             "warmup_ms": config.warmup_ms, "rep_ms": config.rep_ms, "rounds": config.rounds, "seed": config.seed,
             "timer": "triton.testing.do_bench median" if device.type == "cuda" else "perf_counter median (CPU)",
             "weights": "N(0, 0.02^2)", "inputs": "N(0, 1)",
+            "floor": bool(config.floor and device.type == "cuda"), "floor_max_m": FLOOR_MAX_M,
         },
         "copy_bandwidth_GBps": copy_gbps,
         "notes": notes,
@@ -172,7 +180,7 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
                                "bytes": method.nbytes + act_out_bytes, "weight_bytes": method.nbytes,
                                "GBps": None, "pct_copy_bw": None, "rel_err": None, "err_bound": method.bound,
                                "within_bound": None, "error": None, "graph_us": None, "graph_speedup": None,
-                               "host_us": None, "rounds_us": None}
+                               "host_us": None, "rounds_us": None, "floor_us": None, "floor_speedup": None}
         rows.append(row)
         try:
             with torch.inference_mode():
@@ -224,9 +232,25 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
             f"err {row['rel_err']:.4f}{'' if row['within_bound'] is not False else ' ABOVE BOUND'}"
             f"  [{row['backend']}]"
             + (f"  graph {row['graph_us']:.1f} us, host {row['host_us']:.1f} us/call" if row.get("graph_us") else ""))
+    if config.floor and device.type == "cuda" and m <= FLOOR_MAX_M:
+        _add_floors(timed, base_ms, device, config, log)
     for label, why in failed.items():
         rows.append({"method": label, "kind": "recipe", "N": n, "K": k, "M": m, "ms": None, "error": why})
     return rows
+
+
+def _add_floors(timed, base_ms, device, config, log) -> None:
+    """Each timed row's read floor (``floor_us``: the fastest plain read of its bytes under the rows' own
+    timer) and ``floor_speedup``: bf16's time over that floor, the most any kernel moving those bytes could
+    show against bf16 in this cell."""
+    for method, row, _ in timed:
+        ms = floor.read_floor_ms(row["bytes"], device,
+                                 lambda fn: common.measure_ms(fn, device, config.warmup_ms, config.rep_ms))
+        row["floor_us"] = ms * 1e3
+        if base_ms:
+            row["floor_speedup"] = base_ms / ms
+        log(f"  {method.name:<28} read floor of {row['bytes'] / 1e6:.2f} MB: {row['floor_us']:.1f} us "
+            f"(layer {row['us'] / row['floor_us']:.2f}x of it; at most {row['floor_speedup'] or 0:.2f}x bf16)")
 
 
 def _backend(method: _Method, device: torch.device) -> str:
@@ -310,6 +334,25 @@ def to_markdown(result: dict[str, Any]) -> str:
     if any(_host_bound(r) for r in rows):
         out += ["", f"ʰ: the eager time is more than {HOST_BOUND_RATIO:.2f}× the same forward's CUDA-graph GPU time "
                     "(next table): the host's Python and launches, not the GPU, set that figure."]
+    if any(r.get("floor_us") for r in rows):
+        out += ["", "### Against the read floor (M ≤ {})".format(settings.get("floor_max_m", FLOOR_MAX_M)), "",
+                "The floor is the fastest plain read of a row's bytes (weight, x, y) under the same timer "
+                "(`quantkit/bench/floor.py`). Per recipe: the speedup over bf16 as measured / the most any kernel "
+                "moving those bytes could show (bf16 µs over the floor), and in brackets the layer's time over "
+                "its floor.", ""]
+        table = []
+        for n, k, m in cells:
+            base = by_key.get((BF16, n, k, m)) or {}
+            if not base.get("floor_us"):
+                continue
+            line = [_shape_label(n, k), m, common.fmt(base.get("us"), ".1f"), common.fmt(base.get("floor_us"), ".1f")]
+            for name in others:
+                r = by_key.get((name, n, k, m)) or {}
+                line.append("" if not (r.get("floor_speedup") and r.get("speedup")) else
+                            f"{r['speedup']:.2f}x / {r['floor_speedup']:.2f}x ({r['us'] / r['floor_us']:.2f})")
+            table.append(line)
+        out.append(common.markdown_table(["N×K", "M", "bf16 µs", "bf16 floor µs", *others], table,
+                                         "lrrr" + "r" * len(others)))
     if any(r.get("graph_us") for r in rows):
         out += ["", "### GPU time: the same forward replayed from a CUDA graph", "",
                 "The same `do_bench` (L2 flushed) on one captured call, speedup over bf16's graph time, and in "
@@ -333,15 +376,17 @@ def to_markdown(result: dict[str, Any]) -> str:
             if r is None:
                 continue
             if r.get("ms") is None:
-                table.append([_shape_label(n, k), m, name, r.get("backend") or "", "failed", "", "", "", "", "",
+                table.append([_shape_label(n, k), m, name, r.get("backend") or "", "failed", "", "", "", "", "", "",
                               r.get("error") or ""])
                 continue
             err = common.fmt(r["rel_err"], ".4f") + (" (above bound)" if r.get("within_bound") is False else "")
             table.append([_shape_label(n, k), m, name, r["backend"], f"{r['us']:.1f}", f"{r['speedup']:.2f}x",
-                          f"{r['tflops']:.1f}", f"{r['GBps']:.0f}", common.fmt(r["pct_copy_bw"], ".0f"), err, ""])
+                          f"{r['tflops']:.1f}", f"{r['GBps']:.0f}", common.fmt(r["pct_copy_bw"], ".0f"),
+                          common.fmt(r.get("floor_us"), ".1f", ""), err, ""])
     out.append(common.markdown_table(
-        ["N×K", "M", "method", "backend", "µs", "vs bf16", "TFLOP/s", "GB/s", "% copy BW", "rel. error", "note"],
-        table, "lrllrrrrrrl"))
+        ["N×K", "M", "method", "backend", "µs", "vs bf16", "TFLOP/s", "GB/s", "% copy BW", "read floor µs",
+         "rel. error", "note"],
+        table, "lrllrrrrrrrl"))
     out += ["", "### Output error ‖y − y_ref‖/‖y_ref‖ (range over cells)", ""]
     table = []
     for name in order:

@@ -87,3 +87,19 @@ def test_the_environment_says_where_borrowed_or_user_configs_came_from():
     line = [line for line in environment_lines({**env, "tuned_tables": tables}) if "Tuned" in line]
     assert line == ["- Tuned configs: fp8_block 4 own + 32 borrowed from NVIDIA H100 80GB HBM3; int4_weight_only "
                     "0 own + 34 borrowed from NVIDIA H100 80GB HBM3, 2 in the user cache (these first)"]
+
+
+def test_layers_no_floor_flag_reaches_the_config(tmp_path, monkeypatch):
+    from quantkit.bench import layers
+
+    seen = []
+
+    def fake_run(config, **_):
+        seen.append(config.floor)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(layers, "run_layers", fake_run)
+    for extra, want in (([], True), (["--no-floor"], False)):
+        with pytest.raises(SystemExit):
+            main(["bench", "layers", "--device", "cpu", "--out", str(tmp_path), *extra])
+        assert seen[-1] is want

@@ -92,7 +92,7 @@ def test_markdown_tables(result):
     cells = len(SHAPES) * len(MS)
     assert len(summary) == cells + cells * (1 + len(RECIPES))  # speedup table + every-row table
     for line in summary:  # every row of both tables has as many cells as its header
-        assert line.count("|") in (len(RECIPES) + 4, 12)
+        assert line.count("|") in (len(RECIPES) + 4, 13)
     assert "(err!)" not in md and "above bound" not in md
     spoiled = copy.deepcopy(result)
     row = next(r for r in spoiled["rows"] if r["method"] == "int4-weight-only")
@@ -123,6 +123,30 @@ def test_markdown_gpu_time_and_host_bound_mark(result):
     assert md.count("ʰ") == 2  # the mark and its footnote
     graph_line = [ln for ln in md.splitlines() if ln.startswith("| 256×256 | 1 |")][1]
     assert f"{base['graph_us'] / slow['graph_us']:.2f}x (123)" in graph_line
+
+
+def test_markdown_read_floor(result):
+    """At M <= FLOOR_MAX_M on a GPU each row has the read floor of its bytes and bf16's time over it: a table
+    of measured / possible speedups with the layer's time over its floor, and a column of the every-row
+    table (CPU rows have none, and no such table)."""
+    assert all(r.get("floor_us") is None and r.get("floor_speedup") is None for r in result["rows"] if r.get("ms"))
+    assert result["settings"]["floor"] is False and "Against the read floor" not in to_markdown(result)
+    floored = copy.deepcopy(result)
+    cell = [r for r in floored["rows"] if (r["N"], r["K"], r["M"]) == (96, 384, 5) and r.get("ms") is not None]
+    base = next(r for r in cell if r["method"] == BF16)
+    for i, r in enumerate(cell):
+        r["floor_us"] = r["us"] / (1.5 + i)
+        r["floor_speedup"] = base["us"] / r["floor_us"]
+    md = to_markdown(floored)
+    assert f"### Against the read floor (M ≤ {layers.FLOOR_MAX_M})" in md
+    section = md.split("### Against the read floor")[1].split("###")[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| 96×384 |")]
+    assert len(lines) == 1  # only the cell with floors
+    int4 = next(r for r in cell if r["method"] == "int4-weight-only")
+    assert f"{int4['speedup']:.2f}x / {int4['floor_speedup']:.2f}x ({int4['us'] / int4['floor_us']:.2f})" in lines[0]
+    assert lines[0].startswith(f"| 96×384 | 5 | {base['us']:.1f} | {base['floor_us']:.1f} |")
+    every = [ln for ln in md.split("### Every row")[1].splitlines() if ln.startswith("| 96×384 | 5 | int4")]
+    assert f"| {int4['floor_us']:.1f} |" in every[0]
 
 
 def test_wrong_kernel_is_flagged(monkeypatch):
@@ -226,6 +250,14 @@ def test_layers_on_gpu():
         assert r["graph_speedup"] > 0 or r["method"] == BF16, r
     assert out["environment"]["capability"].startswith("sm_")
     assert out["copy_bandwidth_GBps"] > 100
+    base = {r["M"]: r for r in out["rows"] if r["method"] == BF16}
+    for r in out["rows"]:  # the read floor at M = 1 only, under the bytes' own time
+        if r["M"] == 1:
+            assert 0 < r["floor_us"] < r["us"] * 1.05, r
+            assert r["floor_speedup"] == pytest.approx(base[1]["us"] / r["floor_us"]), r
+        else:
+            assert r["floor_us"] is None and r["floor_speedup"] is None, r
+    assert "Against the read floor" in to_markdown(out)
 
 
 def test_rounds_time_every_row_again_and_keep_the_median():
