@@ -4,7 +4,9 @@ a given rows-per-program, shorter K chains and, at wider row blocks, less x read
 what a split-K launch of the same kernel would see, minus its reduction. GPU time as the sweep measures it
 (CUDA-graph replay, L2 flushed); the best of the family's sweep candidates at each shape.
 
-    PYTHONPATH=. python scripts/probe_split_equivalent.py [FAMILY:M ...]      (default: all below)
+    PYTHONPATH=. python scripts/probe_split_equivalent.py [FAMILY:M[:G] ...]      (default: all below)
+
+G picks one group of GROUPS (0: 4096² and its splits, 1: 14336x4096's, 2: 4096x14336's).
 """
 import sys
 
@@ -23,7 +25,8 @@ EXTRA = {  # wider row blocks than the sweep's, to see the x traffic per weight 
     "fp8": [F._decode(2, 2), F._decode(2, 4)],
     "int8": [I._decode(2, 2), I._decode(2, 4)],
 }
-GROUPS = [[(4096, 4096), (8192, 2048), (16384, 1024)], [(14336, 4096), (28672, 2048), (57344, 1024)]]
+GROUPS = [[(4096, 4096), (8192, 2048), (16384, 1024)], [(14336, 4096), (28672, 2048), (57344, 1024)],
+          [(4096, 14336), (8192, 7168), (16384, 3584)]]
 DEFAULT = ["int8w:16", "int4:16", "fp8:16", "int8:16", "int8w:1", "int4:1"]
 
 
@@ -34,10 +37,10 @@ def inputs(mod, n, k):
 def main():
     todo = sys.argv[1:] or DEFAULT
     for item in todo:
-        fam, m = item.split(":")
+        fam, m, *which = item.split(":")  # FAMILY:M[:G], G the index of one group of shapes
         m = int(m)
         mod = FAMILIES[fam]
-        for group in GROUPS:
+        for group in ([GROUPS[int(which[0])]] if which else GROUPS):
             for n, k in group:
                 args = inputs(mod, n, k)
                 x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
