@@ -1,7 +1,7 @@
 """Host-side (CPU) cost of one quantized forward, per recipe: where eager decode time goes when the
 GPU kernel is shorter than the Python that launches it.
 
-    python scripts/profile_overhead.py [--m 1,16,128] [--profile]
+    python scripts/profile_overhead.py [--m 1,16,128] [--profile [--profile-m 16]] [--recipes R,...]
 
 For each recipe and M it prints the CPU time per call of the layer's forward (queue kept short by
 synchronizing every 20 calls), of the kernel module's ``linear`` called directly, and the GPU time
@@ -41,13 +41,15 @@ def main():
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--k", type=int, default=4096)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-m", default="16", help="the M values --profile profiles (comma-separated)")
+    parser.add_argument("--recipes", default=None, help="comma-separated recipes (default: every one)")
     args = parser.parse_args()
     torch.manual_seed(0)
     lin = torch.nn.Linear(args.k, args.n, bias=False, device="cuda", dtype=torch.bfloat16)
     torch.nn.init.normal_(lin.weight, std=0.02)
     print(f"N={args.n} K={args.k}; triton launch hooks installed: "
           f"{len(triton.knobs.runtime.launch_enter_hook.calls) + len(triton.knobs.runtime.launch_exit_hook.calls)}")
-    for recipe in quantkit.recipe_names():
+    for recipe in (args.recipes.split(",") if args.recipes else quantkit.recipe_names()):
         layer = quantkit.quantize_linear(lin, recipe)
         for m in map(int, args.m.split(",")):
             x = torch.randn(m, args.k, device="cuda", dtype=torch.bfloat16)
@@ -74,7 +76,7 @@ def main():
             print(f"{recipe:18s} M={m:<5d} layer CPU {cpu_layer:7.1f} us/call (kernel call {cpu_direct:6.1f})  "
                   f"do_bench layer {gpu:7.1f} us, under inference_mode {inf:7.1f}, kernel call {kern:7.1f}  "
                   f"graph replay {gpu_graph:7.1f} us", flush=True)
-            if args.profile and m == 16:
+            if args.profile and m in map(int, args.profile_m.split(",")):
                 prof = cProfile.Profile()
                 with torch.no_grad():
                     prof.enable()
@@ -82,7 +84,7 @@ def main():
                         layer(x)
                     prof.disable()
                 torch.cuda.synchronize()
-                pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 def report_launch_caches():

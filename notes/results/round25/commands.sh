@@ -18,3 +18,8 @@ python notes/results/round25/probe_decode_load_variants.py --all 3
 python -m pytest -q -p no:cacheprovider -m gpu tests/bench/test_floor.py tests/bench/test_layers.py tests/bench/test_cli.py
 # 6. the per-layer run with the read-floor columns (final/bench_layers.{json,md,log})
 python -m quantkit bench layers --no-plot --no-peers --rounds 3 --json $OUT/bench_layers.json
+# 7. host time of the two-launch layers at M = 128 / 1024 on 4096² (profile_overhead.log, host_breakdown.log):
+#    40-58 us a call for fp8-block's layer, spread over the plan replay, the launcher and three TMA descriptors;
+#    nothing to take out (the per-layer run's 0.56x at fp8 4096² M = 128 was that machine's slower host)
+python scripts/profile_overhead.py --m 128,1024 --profile --profile-m 128,1024 --recipes fp8-block,int8-dynamic,int4-weight-only
+python scripts/host_breakdown.py --cells 4096x4096:128,1024
