@@ -67,6 +67,10 @@ VARIANT_SETS = {
         "down_decode_mt1_wk4": {("int4_weight_only", 1, 4096, 14336): _d4(1, 4)},
         "down_diag_wk1_wm2": {("int4_weight_only", 1, 4096, 14336): _d4(1, 1, 2, diag=True)},
     }),
+    "int4_b1_gate_up_xpf": ("int4-weight-only", 1, {  # round 25: x loaded at use (2.3 % faster alone)
+        "shipped": {},
+        "gate_up_decode_mt1_wk4_x_at_use": {("int4_weight_only", 1, 14336, 4096): _d4(1, 4, xpf=False)},
+    }),
     "int8wo_b1_wide": ("int8-weight-only", 1, {
         "shipped": {},
         "gate_up_diag_wk2": {("int8_weight_only", 1, 14336, 4096): _d8(1, 2, xpf=False, diag=True)},

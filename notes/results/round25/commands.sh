@@ -1,5 +1,6 @@
-# Round 25 on the H100 (2026-11-23, device calls between ~21:21 and ~21:40 UTC): what was run, in order.
-# Every call ran on the tree of commit 1cf939a plus this round's files (the read-floor instrument for call 6).
+# Round 25 on the H100 (2026-11-23, device calls between ~21:21 and ~22:00 UTC; call 11 on an H200): what was run, in order.
+# Calls 1-6 ran on the tree of commit 1cf939a plus this round's files (the read-floor instrument for call 6); calls 7-11 on
+# 22209f2 plus, from call 10, the table change of the commit that adds this line.
 export PYTHONPATH=$PWD TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
 # 1. what the L2 flush leaves (l2_flush_state.log), and the int4 / int8 decode kernels with an L2 evict-first
 #    policy on their weight loads (l2_flush_state_evict_first.log)
@@ -23,3 +24,15 @@ python -m quantkit bench layers --no-plot --no-peers --rounds 3 --json $OUT/benc
 #    nothing to take out (the per-layer run's 0.56x at fp8 4096² M = 128 was that machine's slower host)
 python scripts/profile_overhead.py --m 128,1024 --profile --profile-m 128,1024 --recipes fp8-block,int8-dynamic,int4-weight-only
 python scripts/host_breakdown.py --cells 4096x4096:128,1024
+# 8. decode configs the M = 1 / 16 candidate lists do not hold, on the 14336-wide int4 cells: SUB 2 / 4 and x
+#    loaded at use (ab_int4_grid.sh: ab_int4_m1_sub.log, ab_int4_m16_more.log)
+bash notes/results/round25/ab_int4_grid.sh
+# 9. the one that won, MT 1 / WK 4 with x at use at 14336x4096 M = 1: seven alternating rounds alone, then
+#    inside the b1 decode step (ab_int4_xpf.sh: ab_int4_m1_xpf.log, step_int4_b1_gate_up_xpf.log)
+bash notes/results/round25/ab_int4_xpf.sh
+# 10. the int4 GPU tests of the shipped decode-size entries with the new entry (gpu_tests_int4_table.log: 2 passed)
+python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_int4_weight_only.py -k "shipped or tuned or decode"
+# 11. on an H200, which borrows that entry: both configs, seven alternating rounds (h200/ab_int4_m1_xpf_h200.log)
+D='"kernel":"decode","DK":128'
+python scripts/probe_ab_configs.py int4_weight_only 1 14336x4096 7 "{$D,\"MT\":1,\"WK\":4,\"WM\":1,\"SUB\":1,\"XPF\":true}" \
+  "{$D,\"MT\":1,\"WK\":4,\"WM\":1,\"SUB\":1,\"XPF\":false}"
