@@ -36,3 +36,8 @@ python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_int4_weight_on
 D='"kernel":"decode","DK":128'
 python scripts/probe_ab_configs.py int4_weight_only 1 14336x4096 7 "{$D,\"MT\":1,\"WK\":4,\"WM\":1,\"SUB\":1,\"XPF\":true}" \
   "{$D,\"MT\":1,\"WK\":4,\"WM\":1,\"SUB\":1,\"XPF\":false}"
+# 12. every H100 decode entry that prefetches x, against the same config with x at use (ab_xpf_flip.log)
+python notes/results/round25/ab_xpf_flip.py
+# 13. on an H200: the two entries changed after call 12, both ways, and the int4 decode-size GPU tests
+#     (h200/ab_xpf_h200.log: 2 passed)
+bash notes/results/round25/ab_xpf_h200.sh
