@@ -762,16 +762,21 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         # of WK = 16, which no sweep picked (notes/int4_weight_only.md, round 14). Round 15's DIAG grid put
         # two more programs first, at 4096 x 14336 (MT 2, WK 2) and 1024 x 4096 (WK 2, WM 2), both with x
         # loaded at use; they took the places of WK = 8 with SUB 2 and the one-warp DIAG program, which no
-        # sweep had picked since round 14
-        return [_gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3), _decode(1, 4), _decode(1, 8),
+        # sweep had picked since round 14. Round 25: MT 1 / WK 4 with x at use, 1.8 % ahead of x a trip ahead
+        # at 14336 x 4096 (and in the decode step), which the H100 table ships, in the place of WK 8, which no
+        # M = 1 table used (9 % slower in the decode step at 14336 x 4096, round 19)
+        return [_gemv(8, 1024, 4, 3), _gemv(32, 512, 4, 3), _decode(1, 4), _decode(1, 4, xpf=False),
                 _decode(1, 1, wm=2, diag=True), _decode(2, 2, xpf=False, diag=True),
                 _decode(1, 2, wm=2, xpf=False, diag=True)]
     if M <= 4:
         # DIAG at M = 2-4: the x tile's idle columns take 4 (M = 2) or 2 (M = 3-4) chunks of a row
         # (notes/int4_weight_only.md, round 14: 14-23 % ahead of the M = 16 entries on the 14336 shapes)
+        # Round 25: the DIAG programs of 14336 x 4096 at M = 2 (WK 1 / WM 2) and M = 4 (WK 2) with x at use,
+        # 2.4-2.8 % ahead of x a trip ahead and shipped, in the places of MT 2 / WK 4 DIAG and the plain MT 2 /
+        # WK 8 program, which no table used at M <= 4
         return [_small(16, 4, 4, 4), _small(64, 4, 4, 3), _decode(1, 4, diag=True), _decode(1, 2, diag=True),
-                _decode(1, 1, wm=2, diag=True), _decode(2, 4, diag=True), _decode(4, 4, xpf=False, diag=True),
-                _decode(2, 8)]
+                _decode(1, 2, xpf=False, diag=True), _decode(1, 1, wm=2, diag=True),
+                _decode(1, 1, wm=2, xpf=False, diag=True), _decode(4, 4, xpf=False, diag=True)]
     if M <= 16:
         return [_small(16, 4, 4, 4), _small(64, 4, 4, 3), _decode(4, 4, xpf=False),
                 _decode(2, 4), _decode(1, 4), _decode(1, 8), _decode(2, 8)]
