@@ -101,6 +101,10 @@ VARIANT_SETS = {
         "fused_all": _all_m(16, "fp8_block", fp8_block._fused_default),
         "fused_wide_only": _all_m(16, "fp8_block", fp8_block._fused_default, _SHAPES[2:]),
     }),
+    "fp8_b16_gate_up_xpf": ("fp8-block", 16, {  # round 25: the table's x at use against x a trip ahead
+        "shipped": {},
+        "gate_up_x_a_trip_ahead": {("fp8_block", 16, 14336, 4096): fp8_block._decode(2, 2, wm=2, dk=128)},
+    }),
     "int8dyn_b16": ("int8-dynamic", 16, {
         "shipped": {},
         "fused_all": _all_m(16, "int8_dynamic", int8_dynamic._fused_default),

@@ -167,12 +167,14 @@ def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride
                     FP8: gl.constexpr, GROUP: gl.constexpr, DK: gl.constexpr, BM: gl.constexpr, MT: gl.constexpr,
                     WK: gl.constexpr, WM: gl.constexpr, SUB: gl.constexpr, HAS_BIAS: gl.constexpr,
                     EVEN: gl.constexpr, WAIT_PRIOR: gl.constexpr, W_LAYOUT: gl.constexpr, X_LAYOUT: gl.constexpr,
-                    num_warps: gl.constexpr, TILED: gl.constexpr = False, DG: gl.constexpr = 1):
+                    num_warps: gl.constexpr, TILED: gl.constexpr = False, DG: gl.constexpr = 1,
+                    XPF: gl.constexpr = True):
     """Y^T tile [BN = 16·MT·WM rows of W, BM rows of x] over all of K (module docstring). int8: scales
     x_scale[m] (stride_xsm) and w_scale[n]; fp8: x_scale[m, g] (stride_xsm, stride_xsg) and
     w_scale[n / G, g] (stride_wsn, stride_wsg). DG > 1 (DIAG, M <= 8 / DG): mma row i is chunk i % DG of
     weight row i // DG, column j chunk j % DG of x row j // DG; the products of matching chunks are kept
-    (as in :mod:`quantkit.kernels.wo_decode_sm90`)."""
+    (as in :mod:`quantkit.kernels.wo_decode_sm90`). XPF: x codes and scales loaded a trip ahead like the
+    weight (else at use, which frees their second register buffer)."""
     BN: gl.constexpr = 16 * MT * WM
     B: gl.constexpr = WK * SUB  # chunk slots per trip (DG chunks a slot)
     CPT: gl.constexpr = DG * B  # chunks per trip
@@ -226,19 +228,35 @@ def _decode8_kernel(xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, M, N, K, stride
     w0 = _load_w(0, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, CPT, CW, EVEN)
     if WAIT_PRIOR:
         _grid_wait()
-    x0, s0 = _load_x(0, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP, stride_xsg,
-                     stride_wsg, FP8, EVEN)
+    if XPF:
+        x0, s0 = _load_x(0, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP, stride_xsg,
+                         stride_wsg, FP8, EVEN)
+    else:
+        x0 = 0
+        s0 = 0
     # Two buffers, the loop unrolled by two: trip t + 1 is loaded before trip t is multiplied (an odd
     # trip count runs one masked trip: zeros in, nothing added).
     for t in range(0, TRIPS, 2):
         w1 = _load_w(t + 1, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, CPT, CW, EVEN)
-        x1, s1 = _load_x(t + 1, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP, stride_xsg,
-                         stride_wsg, FP8, EVEN)
-        acc = _chunk_product(acc, w0, x0, s0, MMA, FP8)
+        if XPF:
+            x1, s1 = _load_x(t + 1, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP,
+                             stride_xsg, stride_wsg, FP8, EVEN)
+            xa = x0
+            sa = s0
+        else:
+            xa, sa = _load_x(t, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP, stride_xsg,
+                             stride_wsg, FP8, EVEN)
+        acc = _chunk_product(acc, w0, xa, sa, MMA, FP8)
         w0 = _load_w(t + 2, w_ptrs, wk_w, NUM_CHUNKS, TRIPS, CPT, CW, EVEN)
-        x0, s0 = _load_x(t + 2, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP, stride_xsg,
-                         stride_wsg, FP8, EVEN)
-        acc = _chunk_product(acc, w1, x1, s1, MMA, FP8)
+        if XPF:
+            x0, s0 = _load_x(t + 2, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP,
+                             stride_xsg, stride_wsg, FP8, EVEN)
+            xb = x1
+            sb = s1
+        else:
+            xb, sb = _load_x(t + 1, x_ptrs, wk_x, xs_ptrs, ws_ptrs, wk_s, NUM_CHUNKS, TRIPS, CPT, DK, GROUP,
+                             stride_xsg, stride_wsg, FP8, EVEN)
+        acc = _chunk_product(acc, w1, xb, sb, MMA, FP8)
 
     y = _diag_sum(acc, DG)  # [RP, XR]
     OL: gl.constexpr = y.type.layout
@@ -276,9 +294,11 @@ def check_config(cfg: dict) -> None:
         # DK >= 64: each thread's slice of a chunk row is one or two 16-byte loads; BM: one or two n8 tiles
         raise ValueError(f"decode config needs MT, WK, WM, SUB powers of two (MT, SUB <= 4; WK·WM <= 16 warps), "
                          f"DK 64 or 128 and BM 8 or 16: {cfg!r}")
-    for key in ("PDL", "TILED", "DIAG"):  # PDL: the families' launch flag (programmatic dependent launch)
+    for key in ("PDL", "TILED", "DIAG", "XPF"):  # PDL: the families' launch flag (programmatic dependent launch)
         if not isinstance(cfg.get(key, False), bool):
             raise ValueError(f"decode config {key} must be a bool: {cfg!r}")
+    if "DG" in cfg:
+        diag_chunks(cfg, 1)  # 2, 4 or 8, with DIAG (it raises)
 
 
 def rows_per_program(cfg: dict) -> int:
@@ -324,4 +344,5 @@ def launch(x_q, x_scale, stride_xsm, stride_xsg, weight_q, weight_scale, bias, o
         chunks, ceil_div(chunks, per_trip),
         FP8=fp8, GROUP=group, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, HAS_BIAS=bias is not None,
         EVEN=chunks % (2 * per_trip) == 0, WAIT_PRIOR=pdl, W_LAYOUT=operand_layout(wk, wm, bn, dk, sub, True),
-        X_LAYOUT=operand_layout(wk, wm, bm, dk, sub, False), TILED=bool(cfg.get("TILED", False)), DG=dg, **opts)
+        X_LAYOUT=operand_layout(wk, wm, bm, dk, sub, False), TILED=bool(cfg.get("TILED", False)), DG=dg,
+        XPF=bool(cfg.get("XPF", True)), **opts)

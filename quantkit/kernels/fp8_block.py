@@ -704,7 +704,7 @@ _CONFIG_KEYS = {
     "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL", "fuse_act_quant"),
 }
 _OPTIONAL_KEYS = {"gemv": (), "swap": ("PDL", "SPLIT_K"), "stream": (), "tiled": ("EPI",), "cublas": (),
-                  "gluon": ("PDL", "EPI"), "decode": ("DIAG", "TILED")}
+                  "gluon": ("PDL", "EPI"), "decode": ("DIAG", "DG", "TILED", "XPF")}
 _KINDS = key_sets(_CONFIG_KEYS, _OPTIONAL_KEYS)
 
 
@@ -764,18 +764,20 @@ def _cublas() -> dict:
     return {"kernel": "cublas", "fuse_act_quant": False}
 
 
-def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
+def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False, xpf=True) -> dict:
     """M ≤ 16, sm_90: the activation quantization kernel writes the codes once, then the Gluon decode
     kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps,
     DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
     programmatic dependent of the quantization). Both in one allocation with the output. Where it
     cannot run (another GPU, K not a multiple of DK, b < DK or < the program's rows), the fused default
     for the problem runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
-    (:mod:`quantkit.kernels.aq_decode_sm90`)."""
+    (:mod:`quantkit.kernels.aq_decode_sm90`); ``xpf``: the x codes loaded a trip ahead (else at use)."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl,
            "fuse_act_quant": False}
     if diag:
         cfg["DIAG"] = True
+    if not xpf:
+        cfg["XPF"] = False
     return cfg
 
 
@@ -882,8 +884,11 @@ def _fused_default(N: int) -> dict:
 # Gluon decode kernel: the output's allocation is the only one.
 # 32-row programs of two warps (MT 2, WK 2) replaced WK 8 and WM 4, which no sweep picked: a wider probe
 # (notes/fp8_block.md, round 13) found them 6 % faster than the fused swap kernel at 14336 x 4096, M = 16.
+# Round 25: the 64-row four-warp program with its x codes loaded at use (207 registers instead of 249), 3.9 %
+# ahead of the same with x a trip ahead at 14336 x 4096 on an H100 (1.8 % of the b16 decode step) and 9 % on an
+# H200, in that program's place.
 _GLUON_DECODE = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
-                 _decode(1, 4, wm=2, dk=128), _decode(2, 2, wm=2, dk=128)]
+                 _decode(1, 4, wm=2, dk=128), _decode(2, 2, wm=2, dk=128, xpf=False)]
 # M = 1 stays with the fused kernels: the decode kernel measured ~2 µs faster per layer with L2 flushed
 # (14336-wide shapes) but slower inside a CUDA-graph decode step, where x is hot in L2 and its quantization
 # kernel is one more grid to wait for (end to end b1 4.26 -> 4.63 ms; notes/fp8_block.md, round 7).

@@ -575,7 +575,7 @@ _KEYS = {
     "two_pass": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "mode", "pdl"),
     "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL"),
 }
-_OPTIONAL_KEYS = {"gemv": (), "fused": (), "stream": (), "two_pass": ("EPI",), "decode": ("DIAG", "TILED")}
+_OPTIONAL_KEYS = {"gemv": (), "fused": (), "stream": (), "two_pass": ("EPI",), "decode": ("DIAG", "DG", "TILED", "XPF")}
 _KINDS = key_sets(_KEYS, _OPTIONAL_KEYS)
 _MODES = ("pointer", "tma", "persistent", "gluon", "gluon_ws")
 

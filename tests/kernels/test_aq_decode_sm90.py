@@ -82,6 +82,17 @@ def test_bad_decode_configs_are_rejected():
         check_config(dict(config(1, 4), TILED=1))
     with pytest.raises(ValueError, match="fuse_act_quant"):
         fk._check_config(dict(fk._decode(1, 4), fuse_act_quant=True), 128)
+    # the kernel's options pass both families' checks: DIAG with DG (chunks a slot), TILED, x at use
+    for cfg in (dict(config(1, 4), DIAG=True, DG=2), dict(config(1, 4), TILED=True), dict(config(1, 4), XPF=False)):
+        check_config(cfg)
+        ik._check_config(dict(ik._decode(1, 4), **{k: cfg[k] for k in ("DIAG", "DG", "TILED", "XPF") if k in cfg}))
+        fk._check_config(dict(fk._decode(1, 4), **{k: cfg[k] for k in ("DIAG", "DG", "TILED", "XPF") if k in cfg}), 128)
+    for bad, what in ((dict(config(1, 4), DIAG=True, DG=3), "DG"), (dict(config(1, 4), DG=2), "DG"),
+                      (dict(config(1, 4), XPF=0), "XPF")):
+        with pytest.raises(ValueError, match=what):
+            check_config(bad)
+        with pytest.raises(ValueError, match=what):
+            ik._check_config(dict(ik._decode(1, 4), **{k: bad[k] for k in ("DIAG", "DG", "XPF") if k in bad}))
 
 
 def test_decode_falls_back_where_the_kernel_cannot_run(kernel_device):
@@ -116,7 +127,7 @@ def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf
     consts = dict(FP8=fp8, GROUP=group if fp8 else 1, DK=dk, BM=bm, MT=mt, WK=wk, WM=wm, SUB=sub, HAS_BIAS=bias,
                   EVEN=even, WAIT_PRIOR=pdl, W_LAYOUT=d.operand_layout(wk, wm, bn, dk, sub, True),
                   X_LAYOUT=d.operand_layout(wk, wm, bm, dk, sub, False), num_warps=wk * wm,
-                  TILED=cfg.get("TILED", False), DG=dg)
+                  TILED=cfg.get("TILED", False), DG=dg, XPF=cfg.get("XPF", True))
     sig.update({k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("xq_ptr", "xs_ptr", "w_ptr", "ws_ptr", "b_ptr", "y_ptr", "N", "K", "stride_xq", "stride_ym")}
@@ -133,6 +144,8 @@ def _compile_jobs():
     jobs += [(first, 16, fp8, True, False, False, dt) for fp8 in (False, True) for dt in ("fp16", "fp32")]
     jobs += [(dict(first, TILED=True), 16, fp8, False, even, True, "bf16") for fp8 in (False, True)
              for even in (True, False)]  # the tiled weight layout: only the addresses change
+    jobs += [(dict(c, XPF=False), 16, fp8, False, even, True, "bf16") for c in _decode_configs()[:2]
+             for fp8 in (False, True) for even in (True, False)]  # x at use: the same loads, later
     return [j + (1,) for j in jobs] + _diag_jobs()
 
 
@@ -365,3 +378,26 @@ def test_diag_gpu(m):
             ran += 1
             check_linear(x, wq, ws, b, f"fp8 diag {cfg} M={m} N={n} K={k}", config=cfg)
     assert ran >= 12
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_x_at_use_is_bit_identical_gpu():
+    """XPF false (x codes and scales loaded at use) changes when x is loaded, not what is computed: outputs equal
+    the prefetching config's, int8 and fp8, M 2 / 9 / 16, whole and partial trips, a bias."""
+    from tests.kernels.test_fp8_block import make_problem as make_fp8
+    from tests.kernels.test_int8_dynamic import make_problem as make_int8
+
+    torch.manual_seed(5)
+    for m in (2, 9, 16):
+        for n, k, cfg in ((1024, 1280, ik._decode(1, 4, dk=128)), (2048, 4096, ik._decode(2, 2, dk=128)),
+                          (512, 1088, ik._decode(1, 4))):
+            x, wq, ws, b = make_int8(m, n, k, torch.bfloat16, m == 9, "cuda")
+            assert _usable(x, wq, cfg)
+            y = ik.linear(x, wq, ws, b, config=cfg)
+            assert torch.equal(y, ik.linear(x, wq, ws, b, config=dict(cfg, XPF=False))), (m, n, k, cfg)
+        for n, k, cfg in ((1024, 1280, fk._decode(1, 4, dk=128)), (2048, 4096, fk._decode(2, 2, wm=2, dk=128))):
+            x, _, wq, ws, b = make_fp8(m, n, k, torch.bfloat16, m == 9, "cuda")
+            assert _usable(x, wq, cfg, 128)
+            y = fk.linear(x, wq, ws, b, config=cfg)
+            assert torch.equal(y, fk.linear(x, wq, ws, b, config=dict(cfg, XPF=False))), (m, n, k, cfg)

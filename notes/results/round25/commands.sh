@@ -41,3 +41,14 @@ python notes/results/round25/ab_xpf_flip.py
 # 13. on an H200: the two entries changed after call 12, both ways, and the int4 decode-size GPU tests
 #     (h200/ab_xpf_h200.log: 2 passed)
 bash notes/results/round25/ab_xpf_h200.sh
+# 14. the 8-bit decode kernel with x codes loaded at use (XPF, new this round) at M = 16, fp8-block and
+#     int8-dynamic, shipped entries both ways and two more programs (ab_aq_xpf.sh: ab_aq_xpf.log; its GPU tests at
+#     the end: 4 of test_diag_gpu failed with ValueError: round 24's key check rejected the kernel's DG key in both
+#     families, fixed in the commit that adds this line)
+bash notes/results/round25/ab_aq_xpf.sh
+# 15. with the fix and fp8-block's 14336x4096 M = 16 entry on x at use: the kernel's GPU tests (15 passed), fp8-block's
+#     (1 passed), and the b16 decode step with the entry and with x a trip ahead (fp8_xpf_checks.log)
+bash notes/results/round25/fp8_xpf_checks.sh
+# 16. on an H200, which borrows that entry: both ways, five alternating rounds (h200/ab_fp8_xpf_h200.log)
+C='"BM":16,"DK":128,"MT":2,"PDL":true,"SUB":1,"WK":2,"WM":2,"fuse_act_quant":false,"kernel":"decode"'
+python scripts/probe_ab_configs.py fp8_block 16 14336x4096 5 "{$C}" "{$C,\"XPF\":false}"
