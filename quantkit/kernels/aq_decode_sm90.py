@@ -43,6 +43,12 @@ right scale product (x_scale · w_scale of that chunk's group: a function of the
 dropped. At M = 2-4 the sweeps picked it in 18 of 20 cells, 2-8 % ahead of the plain decode default on the
 Llama shapes and 16-21 % at 1024×4096 (notes/fp8_block.md, round 14).
 
+x at use (``XPF`` false in a config; default true). The x codes and scale products of a trip are loaded right
+before its mma instead of a trip ahead: the same loads later, the same outputs, and one register buffer fewer
+(fp8 at BM = 16: 138 registers instead of 196 at MT 1 / WK 4, 207 instead of 249 at MT 2 / WK 2 / WM 2). On an
+H100 that made fp8 14336×4096 M = 16 3.9 % faster (and 9 % on an H200), and other cells up to 8.9 % slower
+(notes/fp8_block.md, round 25).
+
 Tiled weights (``TILED``, as in :mod:`quantkit.kernels.wo_decode_sm90`; :func:`wo_decode_sm90.tile_weight`
 with DK-byte chunks): 16-row tiles make a warp's loads contiguous. Measured on an H100 at M = 16: 1-5 %
 faster for the shipped configs (fp8 4096² 16.6 -> 16.2 µs), bit-identical; not yet the layers' layout.
