@@ -52,3 +52,6 @@ bash notes/results/round25/fp8_xpf_checks.sh
 # 16. on an H200, which borrows that entry: both ways, five alternating rounds (h200/ab_fp8_xpf_h200.log)
 C='"BM":16,"DK":128,"MT":2,"PDL":true,"SUB":1,"WK":2,"WM":2,"fuse_act_quant":false,"kernel":"decode"'
 python scripts/probe_ab_configs.py fp8_block 16 14336x4096 5 "{$C}" "{$C,\"XPF\":false}"
+# 17. the GPU tests of the five kernel families' files on the final code (final/gpu_tests_kernels.log: 114 passed)
+python -m pytest -q -p no:cacheprovider -m gpu -rf tests/kernels/test_wo_decode_sm90.py tests/kernels/test_int8_dynamic.py \
+  tests/kernels/test_int4_weight_only.py tests/kernels/test_int8_weight_only.py tests/kernels/test_fp8_block.py
