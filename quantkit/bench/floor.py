@@ -69,6 +69,4 @@ def read_floor_ms(nbytes: int, device: torch.device | str, measure: Callable[[Ca
     words = -(-nbytes // 4)
     src = torch.randint(-2**31, 2**31 - 1, (words,), dtype=torch.int32, device=device)
     out = torch.empty(triton.cdiv(words, min(b for b, _ in configs)), dtype=torch.int32, device=device)
-    best = min(measure(lambda b=b, w=w: read_xor(src, out, b, w)) for b, w in configs)
-    del src, out
-    return best
+    return min(measure(lambda b=b, w=w: read_xor(src, out, b, w)) for b, w in configs)

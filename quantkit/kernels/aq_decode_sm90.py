@@ -68,6 +68,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from quantkit.kernels.configs import is_pow2
 from quantkit.kernels.launch import cached
 from quantkit.kernels.wo_decode_sm90 import _arange3, _diag_sum, _is_sm90, _log2, diag_chunks
 from quantkit.reference.common import ceil_div
@@ -291,11 +292,8 @@ def config(mt: int, wk: int, wm: int = 1, dk: int = 64, sub: int = 1, bm: int = 
 
 def check_config(cfg: dict) -> None:
     """Raise ValueError unless ``cfg`` is a well-formed decode config."""
-    def pow2(v):
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 1 and v & (v - 1) == 0
-
     keys = ("MT", "WK", "WM", "DK", "SUB", "BM")
-    if any(k not in cfg for k in keys) or not all(pow2(cfg[k]) for k in keys) or cfg["DK"] not in (64, 128) \
+    if any(k not in cfg for k in keys) or not all(is_pow2(cfg[k]) for k in keys) or cfg["DK"] not in (64, 128) \
             or cfg["WK"] * cfg["WM"] > 16 or cfg["BM"] not in (8, 16) or cfg["MT"] > 4 or cfg["SUB"] > 4:
         # DK >= 64: each thread's slice of a chunk row is one or two 16-byte loads; BM: one or two n8 tiles
         raise ValueError(f"decode config needs MT, WK, WM, SUB powers of two (MT, SUB <= 4; WK·WM <= 16 warps), "
