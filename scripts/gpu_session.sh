@@ -2,7 +2,8 @@
 # Everything the GPU machine is for, in one call: bash scripts/gpu_session.sh [stage ...]
 # Stages: env tests tune bench e2e rounding convert demo (default: all). Results go to $OUT (default ./out).
 # The GPU machine has torch/triton/transformers but no registry: quantkit runs from the checkout
-# (PYTHONPATH), and the MiniLM model comes from .carry/minilm when the package is absent.
+# (PYTHONPATH), and the MiniLM model comes from .carry/minilm when the package is absent (made here by
+# scripts/carry_minilm.py; carry .carry with the call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
