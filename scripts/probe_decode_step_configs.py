@@ -105,6 +105,13 @@ VARIANT_SETS = {
         "shipped": {},
         "gate_up_x_a_trip_ahead": {("fp8_block", 16, 14336, 4096): fp8_block._decode(2, 2, wm=2, dk=128)},
     }),
+    "fp8_b16_sub2": ("fp8-block", 16, {  # round 27: two chunks a warp and trip, x at use (5-9 % faster alone)
+        "shipped": {},
+        "sub2_4096_and_down": {("fp8_block", 16, n, k): fp8_block._decode(1, 4, dk=128, sub=2, xpf=False)
+                               for n, k in ((4096, 4096), (4096, 14336))},
+        "sub2_down": {("fp8_block", 16, 4096, 14336): fp8_block._decode(1, 4, dk=128, sub=2, xpf=False)},
+        "sub2_4096": {("fp8_block", 16, 4096, 4096): fp8_block._decode(1, 4, dk=128, sub=2, xpf=False)},
+    }),
     "int8dyn_b16": ("int8-dynamic", 16, {
         "shipped": {},
         "fused_all": _all_m(16, "int8_dynamic", int8_dynamic._fused_default),
