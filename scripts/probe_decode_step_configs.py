@@ -112,6 +112,10 @@ VARIANT_SETS = {
         "sub2_down": {("fp8_block", 16, 4096, 14336): fp8_block._decode(1, 4, dk=128, sub=2, xpf=False)},
         "sub2_4096": {("fp8_block", 16, 4096, 4096): fp8_block._decode(1, 4, dk=128, sub=2, xpf=False)},
     }),
+    "int8wo_b16_down_dk128": ("int8-weight-only", 16, {  # round 27: 128-deep chunks, eight warps (-2.9 % alone)
+        "shipped": {},
+        "down_mt1_wk8_dk128": {("int8_weight_only", 16, 4096, 14336): _d8(1, 8, xpf=False, dk=128)},
+    }),
     "int8dyn_b16": ("int8-dynamic", 16, {
         "shipped": {},
         "fused_all": _all_m(16, "int8_dynamic", int8_dynamic._fused_default),
