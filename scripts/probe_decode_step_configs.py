@@ -111,6 +111,8 @@ VARIANT_SETS = {
                                for n, k in ((4096, 4096), (4096, 14336))},
         "sub2_down": {("fp8_block", 16, 4096, 14336): fp8_block._decode(1, 4, dk=128, sub=2, xpf=False)},
         "sub2_4096": {("fp8_block", 16, 4096, 4096): fp8_block._decode(1, 4, dk=128, sub=2, xpf=False)},
+        "round26_sub1": {("fp8_block", 16, n, k): fp8_block._decode(1, 4, dk=128)  # the entries before round 27
+                         for n, k in ((4096, 4096), (4096, 14336))},
     }),
     "int8wo_b16_down_dk128": ("int8-weight-only", 16, {  # round 27: 128-deep chunks, eight warps (-2.9 % alone)
         "shipped": {},
