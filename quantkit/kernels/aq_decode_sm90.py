@@ -47,7 +47,9 @@ x at use (``XPF`` false in a config; default true). The x codes and scale produc
 before its mma instead of a trip ahead: the same loads later, the same outputs, and one register buffer fewer
 (fp8 at BM = 16: 138 registers instead of 196 at MT 1 / WK 4, 207 instead of 249 at MT 2 / WK 2 / WM 2). On an
 H100 that made fp8 14336×4096 M = 16 3.9 % faster (and 9 % on an H200), and other cells up to 8.9 % slower
-(notes/fp8_block.md, round 25).
+(notes/fp8_block.md, round 25). The freed buffer is what lets a warp take two chunks a trip (``SUB`` 2): fp8 at
+MT 1 / WK 4 / DK 128 then compiles to 210 registers without spills (255 and 1,192 bytes of spill stores with x a
+trip ahead) and ran 4096² and 4096×14336 at M = 16 5-9 % faster on an H100 (int8: within ±1 %; round 27).
 
 Tiled weights (``TILED``, as in :mod:`quantkit.kernels.wo_decode_sm90`; :func:`wo_decode_sm90.tile_weight`
 with DK-byte chunks): 16-row tiles make a warp's loads contiguous. Measured on an H100 at M = 16: 1-5 %
