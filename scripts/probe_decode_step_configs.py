@@ -114,6 +114,10 @@ VARIANT_SETS = {
         "round26_sub1": {("fp8_block", 16, n, k): fp8_block._decode(1, 4, dk=128)  # the entries before round 27
                          for n, k in ((4096, 4096), (4096, 14336))},
     }),
+    "fp8_b16_kv_sub2": ("fp8-block", 16, {  # round 27: the k / v projections with SUB 2, 8 x rows (-6.9 % alone)
+        "shipped": {},
+        "kv_sub2_bm8": {("fp8_block", 16, 1024, 4096): fp8_block._decode(1, 4, dk=128, sub=2, bm=8, xpf=False)},
+    }),
     "int8wo_b16_down_dk128": ("int8-weight-only", 16, {  # round 27: 128-deep chunks, eight warps (-2.9 % alone)
         "shipped": {},
         "down_mt1_wk8_dk128": {("int8_weight_only", 16, 4096, 14336): _d8(1, 8, xpf=False, dk=128)},

@@ -887,13 +887,14 @@ def _fused_default(N: int) -> dict:
 # Round 25: the 64-row four-warp program with its x codes loaded at use (207 registers instead of 249), 3.9 %
 # ahead of the same with x a trip ahead at 14336 x 4096 on an H100 (1.8 % of the b16 decode step) and 9 % on an
 # H200, in that program's place.
-# Two chunks a warp and trip with x at use (the last): 5-9 % faster than one chunk a trip at 4096² and
-# 4096×14336, M = 16 on an H100; with x a trip ahead the same program spills (notes/fp8_block.md, round 27).
-# It took the place of the 64-deep chunks (`_decode(1, 4)`): no sweep put it in a table (every decode entry
-# has 128-deep chunks), and it stays the default where K is a multiple of 64 but not of 128.
+# Two chunks a warp and trip with x at use (the last two, with 16 and 8 x rows a program): 5-9 % faster than one
+# chunk a trip at 4096² and 4096×14336, M = 16 on an H100, and 6.6 % at 1024×4096 with 8 x rows; with x a trip
+# ahead the 16-row program spills (notes/fp8_block.md, round 27). They took the places of the 64-deep chunks
+# (`_decode(1, 4)`, still the default where K is a multiple of 64 but not of 128) and of the 32-row program with
+# two row warps (`_decode(1, 4, wm=2, dk=128)`), which no sweep had put in a table.
 _GLUON_DECODE = [_decode(2, 2, dk=128), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
-                 _decode(1, 4, wm=2, dk=128), _decode(2, 2, wm=2, dk=128, xpf=False),
-                 _decode(1, 4, dk=128, sub=2, xpf=False)]
+                 _decode(2, 2, wm=2, dk=128, xpf=False), _decode(1, 4, dk=128, sub=2, xpf=False),
+                 _decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]
 # M = 1 stays with the fused kernels: the decode kernel measured ~2 µs faster per layer with L2 flushed
 # (14336-wide shapes) but slower inside a CUDA-graph decode step, where x is hot in L2 and its quantization
 # kernel is one more grid to wait for (end to end b1 4.26 -> 4.63 ms; notes/fp8_block.md, round 7).
