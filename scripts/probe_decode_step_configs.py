@@ -122,6 +122,12 @@ VARIANT_SETS = {
         "shipped": {},
         "down_mt1_wk8_dk128": {("int8_weight_only", 16, 4096, 14336): _d8(1, 8, xpf=False, dk=128)},
     }),
+    "int8dyn_b16_kv_sub2": ("int8-dynamic", 16, {  # round 27: fp8-block's k / v program on int8 codes
+        "shipped": {},
+        "kv_sub2_bm8": {("int8_dynamic", 16, 1024, 4096): {**int8_dynamic._decode(1, 4, dk=128, sub=2, bm=8),
+                                                          "XPF": False}},
+        "kv_sub2_bm8_xpf": {("int8_dynamic", 16, 1024, 4096): int8_dynamic._decode(1, 4, dk=128, sub=2, bm=8)},
+    }),
     "int8dyn_b16": ("int8-dynamic", 16, {
         "shipped": {},
         "fused_all": _all_m(16, "int8_dynamic", int8_dynamic._fused_default),

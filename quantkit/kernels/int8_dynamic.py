@@ -694,8 +694,11 @@ def _fused_default(N: int) -> dict:
 # The search space: one list per M range, <= 8 configs each, 24 distinct over the benchmark cells.
 # (32-row programs of two warps, MT 2 / WK 2, took the place of WK 8, which no sweep picked: 6 % faster at
 # 14336 x 4096, M = 16 in a wider probe, notes/int8_dynamic.md, round 13)
+# The last: two chunks a warp and trip, 8 x rows a program, x at use (fp8-block's k / v program): 4.8 % faster than
+# one chunk a trip at 1024 x 4096, M = 16 on an H100, 0.7 % of the b16 decode step (notes/int8_dynamic.md, round 27).
+# It took the place of the eight-warp 64-deep program `_decode(1, 2, wm=4)`, which no sweep had put in a table.
 _DECODE_CANDIDATES = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
-                      _decode(1, 4, wm=2, dk=128), _decode(1, 2, wm=4)]
+                      _decode(1, 4, wm=2, dk=128), {**_decode(1, 4, dk=128, sub=2, bm=8), "XPF": False}]
 # M = 1 stays with the GEMVs: the decode kernel measured up to 5 µs faster per layer with L2 flushed (14336-wide
 # shapes) but not inside a CUDA-graph decode step, where x is hot in L2 and its quantization kernel is one
 # more grid to wait for (notes/int8_dynamic.md, round 7).

@@ -217,7 +217,7 @@ def test_int8_decode_is_bit_identical_to_the_fused_kernels_gpu(dtype):
     for m, n, k in SHAPES:
         x, wq, ws, b = make_problem(m, n, k, dtype, m % 2 == 1, "cuda")
         want = ik.linear(x, wq, ws, b, config=ik._fused_default(n))
-        for cfg in ik._DECODE_CANDIDATES if dtype == torch.bfloat16 else ik._DECODE_CANDIDATES[2:4]:
+        for cfg in ik._DECODE_CANDIDATES if dtype == torch.bfloat16 else ik._DECODE_CANDIDATES[2:4] + ik._DECODE_CANDIDATES[-1:]:
             if not _usable(x, wq, cfg):
                 assert k % cfg["DK"], f"{cfg} should take M={m} N={n} K={k}"
                 continue
