@@ -124,8 +124,8 @@ VARIANT_SETS = {
     }),
     "int8dyn_b16_kv_sub2": ("int8-dynamic", 16, {  # round 27: fp8-block's k / v program on int8 codes
         "shipped": {},
-        "kv_sub2_bm8": {("int8_dynamic", 16, 1024, 4096): {**int8_dynamic._decode(1, 4, dk=128, sub=2, bm=8),
-                                                          "XPF": False}},
+        "kv_sub2_bm8": {("int8_dynamic", 16, 1024, 4096): int8_dynamic._decode(1, 4, dk=128, sub=2, bm=8,
+                                                                              xpf=False)},
         "kv_sub2_bm8_xpf": {("int8_dynamic", 16, 1024, 4096): int8_dynamic._decode(1, 4, dk=128, sub=2, bm=8)},
     }),
     "int8dyn_b16": ("int8-dynamic", 16, {

@@ -609,16 +609,18 @@ def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, g
     return cfg
 
 
-def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False) -> dict:
+def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False, xpf=True) -> dict:
     """M <= 16, sm_90: the row quantization kernel writes the codes once, then the Gluon decode kernel
     of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps, DK-deep K
     chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a programmatic
     dependent of the quantization). Both in one allocation with the output. Where it cannot run, the
     M <= 16 fused default runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
-    (:mod:`quantkit.kernels.aq_decode_sm90`)."""
+    (:mod:`quantkit.kernels.aq_decode_sm90`); ``xpf``: the x codes loaded a trip ahead (else at use)."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl}
     if diag:
         cfg["DIAG"] = True
+    if not xpf:
+        cfg["XPF"] = False
     return cfg
 
 
@@ -698,7 +700,7 @@ def _fused_default(N: int) -> dict:
 # one chunk a trip at 1024 x 4096, M = 16 on an H100, 0.7 % of the b16 decode step (notes/int8_dynamic.md, round 27).
 # It took the place of the eight-warp 64-deep program `_decode(1, 2, wm=4)`, which no sweep had put in a table.
 _DECODE_CANDIDATES = [_decode(1, 4), _decode(2, 2, dk=128), _decode(1, 4, dk=128), _decode(1, 4, dk=128, bm=8),
-                      _decode(1, 4, wm=2, dk=128), {**_decode(1, 4, dk=128, sub=2, bm=8), "XPF": False}]
+                      _decode(1, 4, wm=2, dk=128), _decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]
 # M = 1 stays with the GEMVs: the decode kernel measured up to 5 µs faster per layer with L2 flushed (14336-wide
 # shapes) but not inside a CUDA-graph decode step, where x is hot in L2 and its quantization kernel is one
 # more grid to wait for (notes/int8_dynamic.md, round 7).
