@@ -81,6 +81,7 @@ class _Method:
     bound: float | None
     module: nn.Module | None = None
     recipe: Any = None
+    fmt: str | None = None  # the recipe type (a peer: the quantkit recipe of the same weight format)
 
 
 def _recipe_type(recipe: Any) -> str | None:
@@ -99,8 +100,9 @@ def _recipe_method(label: str, recipe: Any, weight: torch.Tensor) -> _Method | s
         report = quantize_(model, recipe)
     if not report.quantized:
         return f"not quantized: {report.modules[0].reason if report.modules else 'no linear found'}"
-    return _Method(label, "recipe", model, common.module_nbytes(model), ERROR_BOUNDS.get(_recipe_type(recipe)),
-                   module=model, recipe=recipe)
+    fmt = _recipe_type(recipe)
+    return _Method(label, "recipe", model, common.module_nbytes(model), ERROR_BOUNDS.get(fmt), module=model,
+                   recipe=recipe, fmt=fmt)
 
 
 def run_layers(config: LayerBenchConfig, log: Callable[[str], None] = print, argv=None) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def run_layers(config: LayerBenchConfig, log: Callable[[str], None] = print, arg
             from quantkit.bench.peers import build_peers
 
             peers, peer_notes = build_peers(weight, config.compile_peers)
-            methods += [_Method(p.name, "peer", p.forward, p.nbytes, None) for p in peers]
+            methods += [_Method(p.name, "peer", p.forward, p.nbytes, None, fmt=p.fmt) for p in peers]
             for note in peer_notes:
                 if note not in notes:
                     notes.append(note)
@@ -175,7 +177,8 @@ def _run_cell(methods, failed, weight, m, device, dtype, copy_gbps, config, log)
     rows: list[dict[str, Any]] = []
     timed: list[tuple[_Method, dict[str, Any], list[float]]] = []  # (method, row, eager ms of each round)
     for method in methods:
-        row: dict[str, Any] = {"method": method.name, "kind": method.kind, "N": n, "K": k, "M": m,
+        row: dict[str, Any] = {"method": method.name, "kind": method.kind, "format": method.fmt, "N": n, "K": k,
+                               "M": m,
                                "backend": None, "ms": None, "us": None, "speedup": None, "tflops": None,
                                "bytes": method.nbytes + act_out_bytes, "weight_bytes": method.nbytes,
                                "GBps": None, "pct_copy_bw": None, "rel_err": None, "err_bound": method.bound,
@@ -334,6 +337,26 @@ def to_markdown(result: dict[str, Any]) -> str:
     if any(_host_bound(r) for r in rows):
         out += ["", f"ʰ: the eager time is more than {HOST_BOUND_RATIO:.2f}× the same forward's CUDA-graph GPU time "
                     "(next table): the host's Python and launches, not the GPU, set that figure."]
+    against = against_peers(result)
+    if against:
+        ahead = sum(a["ahead"] for a in against)
+        out += ["", "### Against the fastest peer of the same weight format", "",
+                "Per recipe and cell: its speedup over bf16, and that of the fastest peer row of its format in the "
+                f"same cell (eager, same timer). Ahead in {ahead} of {len(against)} recipe cells.", ""]
+        recipes_with_peers = [name for name in settings["recipes"] if any(a["recipe"] == name for a in against)]
+        by_cell = {(a["N"], a["K"], a["M"], a["recipe"]): a for a in against}
+        table = []
+        for n, k, m in cells:
+            if not any((n, k, m, name) in by_cell for name in recipes_with_peers):
+                continue
+            line = [_shape_label(n, k), m]
+            for name in recipes_with_peers:
+                a = by_cell.get((n, k, m, name))
+                line.append("" if a is None else
+                            f"{a['speedup']:.2f}x vs {a['peer_speedup']:.2f}x {a['peer']}"
+                            + ("" if a["ahead"] else " (behind)"))
+            table.append(line)
+        out.append(common.markdown_table(["N×K", "M", *recipes_with_peers], table, "lr" + "l" * len(recipes_with_peers)))
     if any(r.get("floor_us") for r in rows):
         out += ["", "### Against the read floor (M ≤ {})".format(settings.get("floor_max_m", FLOOR_MAX_M)), "",
                 "The floor is the fastest plain read of a row's bytes (weight, x, y) under the same timer "
@@ -397,6 +420,24 @@ def to_markdown(result: dict[str, Any]) -> str:
         table.append([name, f"{min(errs):.4f}", f"{max(errs):.4f}", common.fmt(bound, ".3f", "")])
     out.append(common.markdown_table(["method", "min", "max", "bound"], table, "lrrr"))
     return "\n".join(out) + "\n"
+
+
+def against_peers(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """For every recipe row with a time and every cell where a peer of the same weight format has one: the
+    recipe's speedup over bf16, the fastest such peer's name and speedup, and whether the recipe is ahead."""
+    rows = [r for r in result["rows"] if r.get("speedup") is not None and r.get("format")]
+    out = []
+    for r in rows:
+        if r["kind"] != "recipe":
+            continue
+        peers = [p for p in rows if p["kind"] == "peer" and p["format"] == r["format"]
+                 and (p["N"], p["K"], p["M"]) == (r["N"], r["K"], r["M"])]
+        if not peers:
+            continue
+        best = max(peers, key=lambda p: p["speedup"])
+        out.append({"recipe": r["method"], "N": r["N"], "K": r["K"], "M": r["M"], "speedup": r["speedup"],
+                    "peer": best["method"], "peer_speedup": best["speedup"], "ahead": r["speedup"] > best["speedup"]})
+    return out
 
 
 def _speedup_cell(row: dict[str, Any] | None) -> str:

@@ -149,6 +149,39 @@ def test_markdown_read_floor(result):
     assert f"| {int4['floor_us']:.1f} |" in every[0]
 
 
+def test_markdown_against_the_fastest_peer_of_the_format(result):
+    """Each recipe row is set beside the fastest peer row of its weight format in the same cell (not a
+    faster peer of another format, not a peer of another cell); without peer rows there is no such table."""
+    assert all(r["format"] == r["method"] for r in result["rows"] if r["kind"] == "recipe" and r.get("ms"))
+    assert layers.against_peers(result) == [] and "fastest peer" not in to_markdown(result)
+    spiked = copy.deepcopy(result)
+    cell = [r for r in spiked["rows"] if (r["N"], r["K"], r["M"]) == (256, 256, 5) and r.get("ms") is not None]
+    int4 = next(r for r in cell if r["method"] == "int4-weight-only")
+    fp8 = next(r for r in cell if r["method"] == "fp8-block")
+
+    def peer(name, fmt, speedup, m=5):
+        return {**int4, "method": name, "kind": "peer", "format": fmt, "speedup": speedup, "M": m}
+
+    spiked["rows"] += [peer("slow int4", "int4-weight-only", int4["speedup"] / 3),
+                       peer("fast int4", "int4-weight-only", int4["speedup"] / 2),
+                       peer("fastest int4 elsewhere", "int4-weight-only", 100.0, m=1),
+                       peer("an fp8 peer", "fp8-block", fp8["speedup"] * 2),
+                       peer("int8 peer, any speed", "int8-weight-only", 100.0)]
+    against = {a["recipe"]: a for a in layers.against_peers(spiked) if (a["N"], a["K"], a["M"]) == (256, 256, 5)}
+    assert set(against) == {"int4-weight-only", "fp8-block", "int8-weight-only"}
+    assert against["int4-weight-only"]["peer"] == "fast int4" and against["int4-weight-only"]["ahead"]
+    assert against["fp8-block"]["peer"] == "an fp8 peer" and not against["fp8-block"]["ahead"]
+    m1 = [a for a in layers.against_peers(spiked) if a["M"] == 1]
+    assert [(a["recipe"], a["ahead"]) for a in m1] == [("int4-weight-only", False)]
+    md = to_markdown(spiked)
+    section = md.split("### Against the fastest peer of the same weight format")[1].split("###")[0]
+    line = next(ln for ln in section.splitlines() if ln.startswith("| 256×256 | 5 |"))
+    assert f"{int4['speedup']:.2f}x vs {int4['speedup'] / 2:.2f}x fast int4 |" in line
+    assert f"{fp8['speedup']:.2f}x vs {fp8['speedup'] * 2:.2f}x an fp8 peer (behind)" in line
+    assert "Ahead in 1 of 4 recipe cells." in section  # int4 at M = 5; behind at M = 1, fp8 and int8
+    assert not any(ln.startswith("| 96×384 |") for ln in section.splitlines())  # no peer rows there
+
+
 def test_wrong_kernel_is_flagged(monkeypatch):
     """A layer that returns a wrong answer fast must show up as above its error bound."""
     from quantkit.layers import Int8WeightOnlyLinear
@@ -214,6 +247,7 @@ def test_peers_on_gpu_when_installed():
                      log=lambda _: None)
     peers = [r for r in out["rows"] if r["kind"] == "peer" and r["ms"]]
     assert peers and all(r["rel_err"] < 0.15 for r in peers)
+    assert {r["format"] for r in peers} <= set(ERROR_BOUNDS) - {BF16}
 
 
 def test_cpu_timer_and_copy_bandwidth():
