@@ -1123,8 +1123,17 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         return _run_gemm(x, None, 0, 0, weight_q, weight_scale, bias, y, block_size, config, True, ue8m0)
     # Scales K-major ([ceil(K/b), M]): the GEMMs read one K block's scales for a row tile coalesced
     # (and this is the layout cuBLAS asks for: x_s.t() is [M, K/b] with M-major strides).
-    x_q = torch.empty(m, k, dtype=FP8_DTYPE, device=x.device)
-    x_s = torch.empty(ceil_div(k, block_size), m, dtype=torch.float32, device=x.device)
+    groups = ceil_div(k, block_size)
+    if config["kernel"] == "cublas":  # cuBLAS allocates y itself
+        y = None
+        x_q = torch.empty(m, k, dtype=FP8_DTYPE, device=x.device)
+        x_s = torch.empty(groups, m, dtype=torch.float32, device=x.device)
+    else:  # one allocation, the output's: codes and scales are a workspace behind it (an eager call's
+        # host time is largely its allocations and launches; the plan replays one allocation, not three)
+        kq = ceil_div(m * k, 16) * 16
+        y, ws = out_with_workspace(m, n, x.dtype, x.device, kq + 4 * groups * m)
+        x_q = ws[:m * k].view(FP8_DTYPE).view(m, k)
+        x_s = ws[kq:].view(torch.float32).view(groups, m)
     pdl = bool(config.get("PDL")) and config["kernel"] in ("swap", "gluon") and not _INTERPRET and x.is_cuda \
         and _has_tma(x.device.index or 0)
     _launch_act_quant(x, x_q, x_s, 1, m, block_size, ue8m0, launch_dependents=pdl)
@@ -1133,7 +1142,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         if y is not None:
             return y
         config = _triton_gemm_config(m, n, k, block_size)
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+        y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0, pdl)
 
 

@@ -147,12 +147,14 @@ class Plan:
         stream = None
         for step in self.steps:
             if step[0] == "launch":
-                _, call, prefix, template, slots, descs = step
+                _, call, prefix, template, slots, descs, maps = step
                 args_ = template.copy()
                 for pos, root, offset in slots:
                     args_[pos] = bases[root] + offset
                 for pos, root, offset, shape, strides, block_shape, padding in descs:
                     args_[pos] = _HostDesc(_Ptr(bases[root] + offset), shape, strides, block_shape, padding)
+                for pos, root, offset, fill_args in maps:
+                    args_[pos] = _fill_tma(bases[root] + offset, *fill_args)
                 if stream is None:
                     stream = _current_stream()
                 call(prefix[0], prefix[1], prefix[2], stream, *prefix[3:], *args_)
@@ -238,6 +240,11 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
                 call = direct
                 after_stream = (kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None,
                                 None, kernel.packed_metadata, None, None, None)
+                flat = _flat_descriptor_launch(direct, values, address, descriptor_types)
+                if flat is not None:
+                    raw, template, slots, maps = flat
+                    steps.append(("launch", raw, tuple(grid) + after_stream, template, slots, (), maps))
+                    continue
             else:  # the launcher's own __call__ (the same call launch.CachedKernel makes)
                 call = launcher
                 after_stream = (kernel.function, kernel.packed_metadata, None, None, None)
@@ -259,7 +266,7 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
                         descs.append((pos, root, offset) + fields)
                 else:
                     template.append(value)
-            steps.append(("launch", call, tuple(grid) + after_stream, template, slots, descs))
+            steps.append(("launch", call, tuple(grid) + after_stream, template, slots, descs, ()))
     except _Unplannable as exc:
         return str(exc)
     # The output: a root itself, or a view of one in the same dtype (a kernel's scratch may share the
@@ -278,6 +285,68 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
         return "the output is not a tensor the call created"
     allocations = [(tuple(t.shape), tuple(t.stride()), t.dtype) for t in rec.allocations]
     return Plan(allocations, out, steps, keep_alive)
+
+
+def _fill_tma(address, *fill_args):
+    import triton
+
+    return triton.runtime.driver.active.utils.fill_tma_descriptor(address, *fill_args)
+
+
+def _flat_descriptor_launch(launch, values, address, descriptor_types):
+    """A launch whose arguments include host TMA descriptors, made flat for the compiled launcher.
+
+    Triton's launcher for such a kernel is a Python wrapper (``wrap_handle_tensordesc``) that, on every
+    call, walks all the arguments and turns each descriptor into the encoded tensor map plus its shape
+    and strides (``make_tensordesc_arg``). A replay knows which arguments those are: the expansion is
+    done here once, a layer buffer's map is encoded once (its address is fixed), and a replay only
+    encodes the maps of the call's own buffers (x, the output, scratch) with one C call each, then calls
+    the compiled launcher directly. Returns (launcher, flat template, address slots, maps to encode), or
+    None where the wrapper is not the one this knows (another Triton), and the replay keeps the wrapper."""
+    code = getattr(launch, "__code__", None)
+    names = code.co_freevars if code is not None else ()
+    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(names) or not descriptor_types:
+        return None
+    cells = dict(zip(names, (cell.cell_contents for cell in launch.__closure__)))
+    raw, indices, metas = cells["launcher"], cells["tensordesc_indices"], cells["tensordesc_meta"]
+    if not metas or any(not isinstance(meta, dict) for meta in metas):
+        return None  # descriptors decomposed in the kernel (no encoded map): the wrapper's other path
+    try:
+        from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST, make_tensordesc_arg
+    except ImportError:
+        return None
+    template, slots, maps = [], [], []
+    meta_iter = iter(metas)
+    for pos, value in enumerate(values):
+        if pos in indices:
+            meta = next(meta_iter, None)
+            if meta is None or not isinstance(value, descriptor_types):
+                return None
+            expanded = make_tensordesc_arg(value, meta)  # [map, *shape, *strides], as the wrapper makes it
+            rank = len(value.shape)
+            shape, strides = list(expanded[1:1 + rank]), list(expanded[1 + rank:])
+            if len(strides) != rank:
+                return None
+            root, offset = address(value.base)
+            if root is None:
+                template.append(expanded[0])  # a layer buffer's: encoded once
+            else:
+                padding = 1 if getattr(value, "padding", "zero") == "nan" else 0
+                maps.append((len(template), root, offset, (meta["swizzle"], meta["elem_size"],
+                                                          TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+                                                          meta["block_size"], shape, strides, padding)))
+                template.append(None)
+            template += shape + strides
+        elif isinstance(value, torch.Tensor):
+            root, offset = address(value)
+            if root is not None:
+                slots.append((len(template), root, offset))
+            template.append(offset if root is None else None)
+        else:
+            template.append(value)
+    if next(meta_iter, None) is not None:
+        return None
+    return raw, template, slots, maps
 
 
 def _record(fn: Callable, x: torch.Tensor, args) -> tuple[torch.Tensor, Plan | str]:

@@ -137,6 +137,77 @@ def test_gluon_host_descriptors_are_rebuilt_on_the_new_addresses(monkeypatch):
     assert y_ptr == y.data_ptr() and m == 5
 
 
+def test_descriptor_launches_replay_flat_with_only_the_calls_maps_encoded(monkeypatch):
+    """Triton's launcher for a kernel with host TMA descriptors is a Python wrapper that encodes every
+    descriptor on every call. A replay calls the compiled launcher under it with the same flat arguments
+    the wrapper would pass: the layer buffer's map encoded once at record time, the maps of the call's
+    own buffers (x, the output) encoded again on their new addresses, nothing else re-derived."""
+    driver = pytest.importorskip("triton.backends.nvidia.driver")
+    gluon_hopper = pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    from quantkit.kernels import wo_gemm_sm90 as g
+
+    encoded = []
+
+    def fake_fill(ptr, swizzle, elem_size, dtype, block, shape, strides, padding):
+        encoded.append(ptr)
+        return ("map", ptr, swizzle, elem_size, dtype, tuple(block), tuple(shape), tuple(strides), padding)
+
+    def fake_make(arg, meta):  # Triton's make_tensordesc_arg, its driver call replaced
+        shape = list(arg.shape)
+        if meta["fp4_padded"]:
+            shape[-1] *= 2
+        return [fake_fill(arg.base.data_ptr(), meta["swizzle"], meta["elem_size"],
+                          driver.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]], meta["block_size"], shape,
+                          list(arg.strides), 1 if arg.padding == "nan" else 0), *shape, *arg.strides]
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", fake_make)
+    monkeypatch.setattr(plan_mod, "_fill_tma", fake_fill)
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    raw = FakeLauncher()
+    meta = [{"swizzle": 3, "elem_size": 2, "elem_type": 9, "block_size": [64, 32], "fp4_padded": False},
+            {"swizzle": 2, "elem_size": 1, "elem_type": 0, "block_size": [16, 32], "fp4_padded": True},
+            {"swizzle": 3, "elem_size": 2, "elem_type": 9, "block_size": [64, 16], "fp4_padded": False}]
+    signature = {"x_desc": "tensordesc<bf16[64, 32]>", "w_desc": "tensordesc<i8[16, 32]>", "scale": "*fp32",
+                 "y_desc": "tensordesc<bf16[64, 16]>", "M": "i32", "BLOCK": "constexpr"}
+    kernel = FakeKernel(33)
+    kernel.run.launch = driver.wrap_handle_tensordesc(raw.launch, signature, meta)
+    weight = torch.randn(16, 32).to(torch.int8)
+    scale = torch.rand(16)
+
+    def gluon_linear(x, weight, scale):
+        y = torch.empty(x.shape[0] + 1, weight.shape[0], dtype=x.dtype)[1:]  # a map at an offset into its block
+        x_desc = gluon_hopper.TensorDescriptor(x, list(x.shape), list(x.stride()), [64, 32],
+                                               g._smem_layout(64, 32, g.gl.bfloat16))
+        w_desc = gluon_hopper.TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [16, 32],
+                                               g._smem_layout(16, 32, g.gl.int8))
+        y_desc = gluon_hopper.TensorDescriptor(y, list(y.shape), list(y.stride()), [64, 16],
+                                               g._smem_layout(64, 16, g.gl.bfloat16))
+        _launch(kernel, (2, 1), [x_desc, w_desc, scale, y_desc, x.shape[0], 64])
+        return y
+
+    _, plan = plan_mod._record(gluon_linear, torch.randn(5, 32).to(torch.bfloat16), (weight, scale))
+    assert isinstance(plan, plan_mod.Plan), plan
+    (step,) = plan.steps
+    assert step[1] == raw.launch and len(step[6]) == 2  # the compiled launcher; two maps a call
+    for trial in range(2):
+        x_new = torch.randn(9, 32).to(torch.bfloat16)[2 + trial:7 + trial]
+        y_ref = gluon_linear(x_new, weight, scale)  # through the wrapper
+        normal = raw.calls[-1]
+        encoded.clear()
+        y = plan.replay(x_new, (weight, scale))
+        replayed = raw.calls[-1]
+        assert encoded == [x_new.data_ptr(), y.data_ptr()]  # the weight's map is not encoded again
+        assert len(normal) == len(replayed) == 13 + 3 * (1 + 2 + 2) + 3
+        roots = lambda y_: {"x": (x_new.data_ptr(), 5 * 32 * 2), "y": (y_.data_ptr() - 32, 6 * 16 * 2)}  # noqa: E731
+
+        def named(call, y_):
+            return [tuple(_symbolic(list(a), roots(y_))) if isinstance(a, tuple) else a
+                    for a in _symbolic(list(call), roots(y_))]
+
+        assert named(normal, y_ref) == named(replayed, y)
+        assert replayed[13 + 5][1] == weight.data_ptr() and replayed[13 + 5][6] == (16, 64)  # fp4-padded shape
+
+
 def test_bias_none_points_at_the_new_output(monkeypatch):
     monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
     weight, scale, _, flag = _args()
