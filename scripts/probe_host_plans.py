@@ -4,32 +4,16 @@ the host, and (``--profile``) where that host time goes: cProfile of back-to-bac
     PYTHONPATH=. python scripts/probe_host_plans.py [--cells 4096x4096:1,16,128,1024] [--import torchao gemlite]
         [--profile fp8-block:4096x4096:128]
 
-``--import`` imports packages first (a user's process that has other quantization libraries loaded).
+``--import`` imports packages first (a user's process that has other quantization libraries loaded). Host
+µs a call: ``quantkit.bench.common.host_us_per_call``, 7 batches of 200 back-to-back calls.
 """
 import argparse
 import cProfile
 import importlib
 import io
 import pstats
-import statistics
-import time
 
 import torch
-
-
-def host_us(fn, calls=200, repeats=7):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        runs.append((time.perf_counter() - start) / calls * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(runs)
 
 
 def main():
@@ -41,6 +25,7 @@ def main():
     for name in args.imports:
         importlib.import_module(name)
     import quantkit
+    from quantkit.bench.common import host_us_per_call
     from quantkit.ops import dispatch
 
     print("imported:", args.imports or "nothing", flush=True)
@@ -60,8 +45,8 @@ def main():
                 with torch.no_grad():
                     for _ in range(3):
                         layer(x)
-                    t = host_us(lambda: layer(x))
-                    tb = host_us(lambda: torch.nn.functional.linear(x, lin.weight))
+                    t = host_us_per_call(lambda: layer(x), calls=200, batches=7)
+                    tb = host_us_per_call(lambda: torch.nn.functional.linear(x, lin.weight), calls=200, batches=7)
                 states = set()
                 for (family, function, _), fn in dispatch._RESOLVED.items():
                     if family != recipe.replace("-", "_") or function != "linear":
