@@ -716,9 +716,10 @@ _DECODE_4_CANDIDATES = [_fused(64, 256, 8, 3), _decode(1, 4, dk=128), _decode(2,
                         _decode(1, 2, dk=128, diag=True), _decode(1, 4, diag=True), _decode(2, 4, dk=128, diag=True)]
 # (The Gluon GEMM with split-K, 128 x 64 tiles in two K halves, took the place of the Triton pointer GEMM at
 # 64 x 128, which no sweep shipped: 1-5 % ahead of the shipped configs at M = 128 in the H100 probe. At 4096²
-# M = 64-128 the sweep picks it on GPU time, but eagerly its three launches and two host descriptors outweigh a
-# ~20 µs layer (0.67x against the pointer GEMM's 1.00-1.07x), so the shipped table keeps the pointer GEMM there:
-# notes/int8_dynamic.md, round 20)
+# M = 64-128 the sweep picks it on GPU time; eagerly its three launches and two host descriptors outweighed a
+# ~20 µs layer (0.67x against the pointer GEMM's 1.00-1.07x; round 20) until launch plans replayed descriptor
+# launches flat. Since round 28 the H100 table has it at 4096² M = 128 (1.13x eagerly) and keeps the pointer GEMM
+# at M = 64, where the two were level: notes/int8_dynamic.md.)
 _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 128, 128, 8, 4, split_k=4),
                    _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
