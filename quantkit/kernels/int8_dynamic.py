@@ -968,8 +968,9 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         config = _fused_default(N) if 2 <= M <= 16 else default_config(M, N, K)
         kind = config["kernel"]
     bias_arg = bias if bias is not None else weight_scale  # never read when HAS_BIAS is False
-    out = torch.empty((M, N), dtype=x.dtype, device=device)
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
+    if kind != "two_pass":
+        out = torch.empty((M, N), dtype=x.dtype, device=device)
 
     if kind == "gemv":
         # one program column per row of x: meant for M = 1 (any M works, each row re-reads the weight)
@@ -998,12 +999,13 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
             num_warps=config["num_warps"], num_stages=config["num_stages"], enable_fp_fusion=False)
         return out
 
-    # two_pass: one workspace: the codes [M, Kp] int8, the row scales [M] float32, then the split-K
-    # int32 partials [SPLIT_K, M, N] if any (16-byte aligned pieces).
+    # two_pass: one workspace behind the output, in its allocation: the codes [M, Kp] int8, the row scales
+    # [M] float32, then the split-K int32 partials [SPLIT_K, M, N] if any (16-byte aligned pieces).
     kp = (K + 15) // 16 * 16
     part_off = (M * kp + 4 * M + 15) // 16 * 16
     split = config["SPLIT_K"]
-    ws = torch.empty(part_off + (split * M * N * 4 if split > 1 else 0), dtype=torch.int8, device=device)
+    out, ws = out_with_workspace(M, N, x.dtype, device, part_off + (split * M * N * 4 if split > 1 else 0))
+    ws = ws.view(torch.int8)
     pdl = config["pdl"] and _COMPILED and _facts(x)[0]
     _quant_rows_into(x, ws, kp, ws, M * kp, launch_dependents=pdl)
     return _gemm_launch(ws, kp, ws, M * kp, weight_q, weight_scale, bias, out, M, N, K, config, pdl, ws, part_off)

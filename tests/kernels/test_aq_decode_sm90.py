@@ -308,6 +308,33 @@ def test_decode_allocates_only_the_output_block_gpu():
 
 @pytest.mark.gpu
 @needs_sm90
+@pytest.mark.parametrize("m", [128, 1024])
+def test_gemm_sizes_allocate_only_the_output_block_gpu(m):
+    """Above decode sizes too, the two-kernel paths (quantization, then the Gluon or Triton GEMM, split-K
+    partials included) keep the codes and scales behind the output: one allocation a call."""
+    from tests.kernels.test_int8_dynamic import make_problem
+
+    x, wq, ws, _ = make_problem(m, 4096, 4096, torch.bfloat16, False, "cuda")
+    fq, fs = fk.quantize_weight(torch.randn(4096, 4096, device="cuda") * 0.02)
+    for name, fn in (("int8 gluon split-K", lambda: ik.linear(x, wq, ws, config=ik._two_pass(
+                         128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2))),
+                     ("int8 pointer split-K", lambda: ik.linear(x, wq, ws, config=ik._two_pass(
+                         128, 128, 128, 8, 4, pdl=True, split_k=4))),
+                     ("fp8 gluon", lambda: fk.linear(x, fq, fs, config=fk._gluon(128, 64, 8, 6, pdl=True))),
+                     ("fp8 tiled", lambda: fk.linear(x, fq, fs, config=fk._tiled(64, 128, 4, 4, False)))):
+        ref = fn().clone()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        y = fn()
+        after = torch.cuda.memory_stats()["allocation.all.allocated"]
+        assert after - before == 1, name
+        assert y.shape == (m, 4096) and y.is_contiguous() and y.storage_offset() == 0, name
+        assert torch.equal(y, ref), name
+        del y
+
+
+@pytest.mark.gpu
+@needs_sm90
 def test_decode_with_pdl_in_cuda_graph_gpu():
     """The quantization and the decode kernel (a programmatic dependent) captured together: replays
     equal eager calls on new inputs."""
