@@ -57,10 +57,10 @@ Kernels
                             fragments, one scale product per K chunk), launched as a programmatic
                             dependent of the quantization so that its first weight loads overlap it.
 
-Per call: the output; the separate-quantization path (``fuse_act_quant`` false, only for M > 16)
-also allocates the e4m3 codes and K-major scales of x from PyTorch's caching allocator, and a
-split-K swap config its float32 partials — the intermediate buffers, named here as the exception. The ``decode`` path keeps its codes and scales
-behind the output, in the output's allocation. No host synchronization;
+Per call: the output. The separate-quantization path (``fuse_act_quant`` false, only for M > 16) keeps
+the e4m3 codes and K-major scales of x behind the output, in its allocation, as the ``decode`` path
+does; the exceptions, named here, are a split-K swap config's float32 partials and the cuBLAS path
+(codes and scales allocated beside the output cuBLAS allocates). No host synchronization;
 every launch goes through :func:`quantkit.kernels.launch.cached`.
 
 The activation quantizers divide with ``_div_exact`` (reciprocal, multiply and two fused-multiply-add

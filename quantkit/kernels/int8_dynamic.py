@@ -56,11 +56,11 @@ Kernels
     quantization so that its first weight loads overlap it.
 
 Intermediate buffers: the M > 16 path quantizes ``x`` once into a workspace, because the GEMM reads
-every x row once per column block of the output: one ``torch.empty`` from PyTorch's caching
-allocator holding ``x_q`` [M, Kp] int8 (Kp = K rounded up to 16), the float32 row scales and, with
-split-K, the int32 partials [SPLIT_K, M, N]. That is the one allocation besides the output, and only
-there. M <= 16 allocates the output only: the fused kernels make one launch; the decode path's codes
-and scales live behind the output in the same allocation.
+every x row once per column block of the output: ``x_q`` [M, Kp] int8 (Kp = K rounded up to 16), the
+float32 row scales and, with split-K, the int32 partials [SPLIT_K, M, N], all behind the output in the
+output's allocation (:func:`quantkit.kernels.workspace.out_with_workspace`). So every path makes one
+allocation a call: the fused kernels at M <= 16 make one launch; the decode path's codes and scales,
+like the M > 16 path's, live behind the output.
 
 Layouts: ``x`` [M, K] with unit stride along K (any row stride); ``weight_q`` int8 [N, K] contiguous
 (nn.Linear's [out, in]); scales float32 [M] / [N]; ``bias`` [N] bf16/fp16/fp32; output [M, N]
