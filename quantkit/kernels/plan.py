@@ -287,10 +287,17 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
     return Plan(allocations, out, steps, keep_alive)
 
 
-def _fill_tma(address, *fill_args):
-    import triton
+_fill_tma_descriptor = None  # Triton's C encoder of a host TMA descriptor, looked up on first use
 
-    return triton.runtime.driver.active.utils.fill_tma_descriptor(address, *fill_args)
+
+def _fill_tma(address, *fill_args):
+    """The encoded tensor map of a descriptor at ``address`` (the replay's one C call per map)."""
+    global _fill_tma_descriptor
+    if _fill_tma_descriptor is None:  # (resolved once: the active driver's proxy lookup is not free)
+        import triton
+
+        _fill_tma_descriptor = triton.runtime.driver.active.utils.fill_tma_descriptor
+    return _fill_tma_descriptor(address, *fill_args)
 
 
 def _flat_descriptor_launch(launch, values, address, descriptor_types):
