@@ -57,10 +57,10 @@ Kernels
                             fragments, one scale product per K chunk), launched as a programmatic
                             dependent of the quantization so that its first weight loads overlap it.
 
-Per call: the output. The separate-quantization path (``fuse_act_quant`` false, only for M > 16) keeps
-the e4m3 codes and K-major scales of x behind the output, in its allocation, as the ``decode`` path
-does; the exceptions, named here, are a split-K swap config's float32 partials and the cuBLAS path
-(codes and scales allocated beside the output cuBLAS allocates). No host synchronization;
+Per call: one allocation, the output's. The separate-quantization path (``fuse_act_quant`` false, only
+for M > 16) keeps the e4m3 codes and K-major scales of x behind the output, in its allocation, as the
+``decode`` path does, and with them a split-K swap config's float32 partials; the cuBLAS path writes
+into that output too (``_scaled_mm(out=...)``). No host synchronization;
 every launch goes through :func:`quantkit.kernels.launch.cached`.
 
 The activation quantizers divide with ``_div_exact`` (reciprocal, multiply and two fused-multiply-add
@@ -949,11 +949,35 @@ def make_bench_inputs(N: int, K: int, dtype=torch.bfloat16) -> tuple:
 
 
 # ---------------------------------------------------------------------------- GEMM launchers
+def _swap_split(config: dict, k: int, block_size: int, fuse: bool) -> int:
+    """How many K splits the ``swap`` GEMM runs ``config`` with (1 for every other kernel, and when
+    the activation is quantized in the kernel): float32 [split, M, N] partials where > 1."""
+    if config["kernel"] != "swap" or fuse:
+        return 1
+    steps = ceil_div(k, block_size * config["GROUPS"])
+    split = max(1, min(int(config.get("SPLIT_K", 1)), steps))
+    while steps % split:  # even splits: every program runs the same whole steps
+        split -= 1
+    return split
+
+
+def _out_and_partials(m: int, n: int, dtype, device, config: dict, k: int, block_size: int, ws_bytes: int = 0):
+    """(y, workspace of ``ws_bytes`` uint8, float32 [split, m, n] split-K partials or None) from one
+    allocation, y's: the partials follow the workspace in y's block."""
+    split = _swap_split(config, k, block_size, False)
+    part_bytes = 4 * split * m * n if split > 1 else 0
+    head = ceil_div(ws_bytes, 16) * 16
+    y, ws = out_with_workspace(m, n, dtype, device, head + part_bytes)
+    partials = ws[head:].view(torch.float32).view(split, m, n) if part_bytes else None
+    return y, ws[:ws_bytes], partials
+
+
 def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, block_size, config, fuse, ue8m0,
-              pdl=False):
+              pdl=False, partials=None):
     """The GEMM launches of ``config``. ``pdl`` (swap on quantized x): launched as a programmatic
     dependent of the quantization kernel just launched (which called ``gdc_launch_dependents``), and
-    the split-K sum as one of the GEMM."""
+    the split-K sum as one of the GEMM. ``partials``: the swap GEMM's float32 [split, M, N] split-K
+    partials where it splits (the callers carve them from y's allocation; left out, allocated here)."""
     m, k = x.shape
     n = weight_q.shape[0]
     has_bias = bias is not None
@@ -974,12 +998,14 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         bx = max(4, min(config["BLOCK_X"], triton.next_power_of_2(m)))
         groups = config["GROUPS"]
         tiles = ceil_div(n, bw) * ceil_div(m, bx)
-        steps = ceil_div(k, block_size * groups)
-        split = 1 if fuse else max(1, min(int(config.get("SPLIT_K", 1)), steps))
-        while steps % split:  # even splits: every program runs the same whole steps
-            split -= 1
-        k_steps = steps // split
-        out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=y.device)
+        split = _swap_split(config, k, block_size, fuse)
+        k_steps = ceil_div(k, block_size * groups) // split
+        if split == 1:
+            out = y
+        elif partials is None:
+            out = torch.empty(split, m, n, dtype=torch.float32, device=y.device)
+        else:
+            out = partials
         kwargs = dict(SPLIT_K=split, k_span=_loop_bound(k_steps * block_size * groups)) if split > 1 else {}
         if pdl:
             kwargs.update(WAIT_PRIOR=True, LAUNCH_DEPENDENTS=split > 1, launch_pdl=True)
@@ -1066,9 +1092,8 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     _check_bias(bias, n, x_q.device)
     if out_dtype not in _FLOAT_DTYPES:
         raise TypeError(f"out_dtype must be bf16/fp16/fp32, got {out_dtype}")
-    y = torch.empty(m, n, dtype=out_dtype, device=x_q.device)
     if m == 0 or n == 0:
-        return y
+        return torch.empty(m, n, dtype=out_dtype, device=x_q.device)
     config = config if config is not None else _fit_block(_tuned_config(x_q, m, n, k, None), block_size)
     _check_config(config, block_size)
     if config["kernel"] == "gemv":  # it quantizes x itself; the same weight tiling through the MMA kernel
@@ -1078,14 +1103,16 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
 
         if m <= 16 and x_q.stride(0) % 16 == 0 and x_q.data_ptr() % 16 == 0 \
                 and aq_decode_sm90.usable(x_q, weight_q, config, block_size):
+            y = torch.empty(m, n, dtype=out_dtype, device=x_q.device)
             aq_decode_sm90.launch(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias,
                                   y, config, fp8=True, group=block_size)
             return y
         config = _triton_gemm_config(m, n, k, block_size)
     if config["kernel"] == "cublas":  # a choice for linear(), whose scales are laid out as cuBLAS wants
         config = _triton_gemm_config(m, n, k, block_size)
+    y, _, partials = _out_and_partials(m, n, out_dtype, x_q.device, config, k, block_size)
     return _run_gemm(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias, y,
-                     block_size, config, False, False)
+                     block_size, config, False, False, partials=partials)
 
 
 def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
@@ -1094,7 +1121,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
 
     Fused configs are one launch that allocates only y; ``decode`` configs (M ≤ 16, sm_90) quantize x
     into a workspace inside y's allocation and run the Gluon decode kernel; the others quantize x
-    first into codes and K-major scales (allocated here) and run the GEMM on them."""
+    first into codes and K-major scales (also behind y) and run the GEMM on them."""
     _check_block_size(block_size)
     ue8m0 = _check_scale_fmt(scale_fmt)
     _check_2d(x, "x", _FLOAT_DTYPES)
@@ -1123,27 +1150,23 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         return _run_gemm(x, None, 0, 0, weight_q, weight_scale, bias, y, block_size, config, True, ue8m0)
     # Scales K-major ([ceil(K/b), M]): the GEMMs read one K block's scales for a row tile coalesced
     # (and this is the layout cuBLAS asks for: x_s.t() is [M, K/b] with M-major strides).
+    # One allocation, the output's: codes, scales and split-K partials are a workspace behind it (an
+    # eager call's host time is largely its allocations and launches; the plan replays one). cuBLAS
+    # writes into y too (``_scaled_mm``'s out= form); both start 16-byte aligned, as it asks.
     groups = ceil_div(k, block_size)
-    if config["kernel"] == "cublas":  # cuBLAS allocates y itself
-        y = None
-        x_q = torch.empty(m, k, dtype=FP8_DTYPE, device=x.device)
-        x_s = torch.empty(groups, m, dtype=torch.float32, device=x.device)
-    else:  # one allocation, the output's: codes and scales are a workspace behind it (an eager call's
-        # host time is largely its allocations and launches; the plan replays one allocation, not three)
-        kq = ceil_div(m * k, 16) * 16
-        y, ws = out_with_workspace(m, n, x.dtype, x.device, kq + 4 * groups * m)
-        x_q = ws[:m * k].view(FP8_DTYPE).view(m, k)
-        x_s = ws[kq:].view(torch.float32).view(groups, m)
+    kq = ceil_div(m * k, 16) * 16
+    y, ws, partials = _out_and_partials(m, n, x.dtype, x.device, config, k, block_size, kq + 4 * groups * m)
+    x_q = ws[:m * k].view(FP8_DTYPE).view(m, k)
+    x_s = ws[kq:].view(torch.float32).view(groups, m)
     pdl = bool(config.get("PDL")) and config["kernel"] in ("swap", "gluon") and not _INTERPRET and x.is_cuda \
         and _has_tma(x.device.index or 0)
     _launch_act_quant(x, x_q, x_s, 1, m, block_size, ue8m0, launch_dependents=pdl)
     if config["kernel"] == "cublas":
-        y = _try_cublas(x_q, x_s, weight_q, weight_scale, bias, x.dtype)
-        if y is not None:
+        if _try_cublas(x_q, x_s, weight_q, weight_scale, bias, y):
             return y
-        config = _triton_gemm_config(m, n, k, block_size)
-        y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0, pdl)
+        config = _triton_gemm_config(m, n, k, block_size)  # (no split-K partials: _triton_gemm_config)
+    return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0, pdl,
+                     partials)
 
 
 def _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq) -> torch.Tensor:
@@ -1161,14 +1184,15 @@ def _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, a
     return out
 
 
-def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, out_dtype):
-    """cuBLAS's block-scaled GEMM on operands quantized here, or None where cuBLAS refuses the problem
-    (CUBLAS_STATUS_NOT_SUPPORTED, e.g. M not a multiple of 4 on cuBLAS 13.0: then remembered)."""
+def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, y) -> bool:
+    """cuBLAS's block-scaled GEMM on operands quantized here, into ``y``; False where cuBLAS refuses the
+    problem (CUBLAS_STATUS_NOT_SUPPORTED, e.g. M not a multiple of 4 on cuBLAS 13.0: then remembered)."""
     try:
-        return torch._scaled_mm(x_q, weight_q.t(), x_s.t(), weight_scale.t(), bias=bias, out_dtype=out_dtype)
+        torch._scaled_mm(x_q, weight_q.t(), x_s.t(), weight_scale.t(), bias=bias, out_dtype=y.dtype, out=y)
+        return True
     except RuntimeError:
-        _CUBLAS_REFUSED.add((x_q.shape[0], weight_q.shape[0], x_q.shape[1], out_dtype))
-        return None
+        _CUBLAS_REFUSED.add((x_q.shape[0], weight_q.shape[0], x_q.shape[1], y.dtype))
+        return False
 
 
 def _triton_gemm_config(m: int, n: int, k: int, block_size: int) -> dict:

@@ -51,10 +51,13 @@ Kernels (the reasoning, per-cell byte counts and predicted times are in notes/in
   Float32 activations (and the interpreter) take the same paths in float32 arithmetic with
   ``input_precision="ieee"``.
 
-Allocations per call: the output only, except (a) ``mma`` configs with SPLIT_K > 1 (float32
-workspace, M > 16 only) and (b) ``dequant_mm`` (the [N, K] weight); both come from PyTorch's caching
-allocator (inside CUDA-graph capture, from the graph's pool) and are used only where the GPU time is
-tens of microseconds. Every launch goes through :func:`quantkit.kernels.launch.cached`.
+Allocations per call: the output only (one block). ``mma`` configs with SPLIT_K > 1 (M > 16 only)
+keep their float32 partials behind the output in that block
+(:func:`quantkit.kernels.workspace.out_with_workspace`), so they live as long as the output does. The
+exception is ``dequant_mm``: its [N, K] weight is a second allocation (in the output's block it would
+stay alive, N·K·2 bytes, as long as every output), used only where the GPU time is hundreds of
+microseconds. Both come from PyTorch's caching allocator (inside CUDA-graph capture, the graph's pool).
+Every launch goes through :func:`quantkit.kernels.launch.cached`.
 
 Limits: group_size a power of two >= 16 (the recipes use 32, 64, 128, 256) and K % group_size == 0;
 M and N arbitrary. ``linear`` picks a config per problem (``quantkit.kernels.tuning``: tuned table,
@@ -73,6 +76,7 @@ import triton.language as tl
 from quantkit.kernels.configs import check_keys, key_sets
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
+from quantkit.kernels.workspace import out_with_workspace
 from quantkit.reference.common import ceil_div
 
 MIN_CAPABILITY = (8, 0)
@@ -862,23 +866,42 @@ def _launch_gemv(x, packed, scale, zero, bias, y, group_size, config) -> None:
         num_stages=config["num_stages"])
 
 
-def _launch_mma(x, packed, scale, zero, bias, y, group_size, config) -> None:
-    M, K = x.shape
-    N = y.shape[1]
+def _mma_tiles(x, group_size, config) -> tuple[int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) that ``_mma_kernel`` runs ``config`` with."""
+    M = x.shape[0]
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], min(config["BLOCK_K"], group_size)
-    warps, stages, scale_in = config["num_warps"], config["num_stages"], bool(config["SCALE_IN"])
+    warps, stages = config["num_warps"], config["num_stages"]
     bm = min(bm, max(16, triton.next_power_of_2(M)))
     if x.dtype == torch.float32:
         # Full-precision float32 dot products run on CUDA cores: keep the tiles small.
         bm, bn, bk, warps, stages = min(bm, 32), min(bn, 64), min(bk, 32), 4, min(stages, 2)
+    return bm, bn, bk, warps, stages
+
+
+def _mma_split(x, group_size, config) -> int:
+    """How many K splits ``_mma_kernel`` runs ``config`` with (1: no float32 partials). Split-K only
+    where the GPU time dwarfs the partials and a second launch (never for M <= 16)."""
+    M, K = x.shape
+    return _even_split(K // _mma_tiles(x, group_size, config)[2], config["SPLIT_K"]) if M > _SMALL_MAX_M else 1
+
+
+def _launch_mma(x, packed, scale, zero, bias, y, group_size, config, ws=None) -> None:
+    """``ws``: the float32 [split, M, N] partials where the config splits K (``linear`` carves them
+    from y's allocation; left out, they are allocated here)."""
+    M, K = x.shape
+    N = y.shape[1]
+    bm, bn, bk, warps, stages = _mma_tiles(x, group_size, config)
+    scale_in = bool(config["SCALE_IN"])
     # The interpreter (triton 3.6) multiplies bf16 dot operands as their raw uint16 bits and truncates
     # float32 -> bf16 casts: there every dot runs in float32.
     dot_f32 = x.dtype == torch.float32 or _INTERPRET
     k_tiles = K // bk
-    # Split-K only where the GPU time dwarfs a workspace and a second launch (never for M <= 16).
-    split = _even_split(k_tiles, config["SPLIT_K"]) if M > _SMALL_MAX_M else 1
+    split = _mma_split(x, group_size, config)
     tiles = k_tiles // split
-    ws = torch.empty((split, M, N), dtype=torch.float32, device=x.device) if split > 1 else y
+    if split == 1:
+        ws = y
+    elif ws is None:
+        ws = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
     grid = (ceil_div(M, bm) * ceil_div(N, bn), split)
     _mma_fast[grid](
         x, packed, scale, zero, bias if bias is not None else scale, y, ws,
@@ -974,9 +997,15 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
         kind = config["kernel"]
     if kind == "dequant_mm" and M > 0 and N > 0:
         return _run_dequant_mm(x, weight_packed, weight_scale, weight_zero_point, bias, group_size, config)
-    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0 or N == 0:
+        return torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if kind not in ("small", "gemv") and (split := _mma_split(x, group_size, config)) > 1:
+        # The float32 partials live behind the output, in its allocation (one allocation a call).
+        y, ws = out_with_workspace(M, N, x.dtype, x.device, 4 * split * M * N)
+        _launch_mma(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config,
+                    ws.view(torch.float32).view(split, M, N))
         return y
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if kind == "small":
         _launch_small(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config)
     elif kind == "gemv":

@@ -915,13 +915,19 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     _check_bias(bias, N, x_q.device)
     if out_dtype not in _FLOAT_DTYPES:
         raise TypeError(f"out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
-    out = torch.empty((M, N), dtype=out_dtype, device=x_q.device)
     if M == 0 or N == 0:
-        return out
+        return torch.empty((M, N), dtype=out_dtype, device=x_q.device)
     if config is None or config.get("kernel") != "two_pass":
         config = default_config(max(M, 17), N, K)
     _check_config(config)
-    return _gemm_launch(x_q, x_q.stride(0), x_scale, 0, weight_q, weight_scale, bias, out, M, N, K, config)
+    split = config["SPLIT_K"]
+    if split == 1:
+        out = torch.empty((M, N), dtype=out_dtype, device=x_q.device)
+        return _gemm_launch(x_q, x_q.stride(0), x_scale, 0, weight_q, weight_scale, bias, out, M, N, K, config)
+    # The split-K int32 partials behind the output, in its allocation (one allocation a call).
+    out, ws = out_with_workspace(M, N, out_dtype, x_q.device, split * M * N * 4)
+    return _gemm_launch(x_q, x_q.stride(0), x_scale, 0, weight_q, weight_scale, bias, out, M, N, K, config,
+                        part=ws.view(torch.int8))
 
 
 def _bench_fn(x, weight_q, weight_scale, bias):

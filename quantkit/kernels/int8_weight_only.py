@@ -58,11 +58,11 @@ rewritten while an MMA may still read it. The result is unchanged (only -0.0 bec
 tests compile every mma config for sm_90 and check the SASS for this hazard.
 
 Split-K (``mma`` only, ``SPLIT_K > 1``, offered for M > 16 where the output tiles are fewer than
-the SMs): every split writes float32 partial sums to a workspace [splits, M, N] from PyTorch's
-caching allocator (no cudaMalloc after warm-up, CUDA-graph safe) and ``_splitk_epilogue_kernel``
-adds them in a fixed order, applies scale and bias and casts: deterministic, and the sum stays in
-float32 as the reference has it. This workspace and second launch are the one exception to "one
-launch, nothing allocated but the output"; decode sizes (M <= 16) never take it by default.
+the SMs): every split writes float32 partial sums to a workspace [splits, M, N] carved from the
+output's own allocation (:func:`quantkit.kernels.workspace.out_with_workspace`: one allocation a
+call, CUDA-graph safe) and ``_splitk_epilogue_kernel`` adds them in a fixed order, applies scale and
+bias and casts: deterministic, and the sum stays in float32 as the reference has it. The second
+launch is the one exception to "one launch"; decode sizes (M <= 16) never take it by default.
 
 Dequantization: q + 128 is placed in the low mantissa byte of 2^23 with integer ops and one float32
 subtraction of (2^23 + 128) leaves q exactly. The hardware int→float conversion (I2F) issues at a
@@ -98,6 +98,7 @@ from quantkit.kernels import tuning
 from quantkit.kernels.configs import check_keys, key_sets
 from quantkit.kernels.launch import cached
 from quantkit.kernels.tiling import grouped_pid
+from quantkit.kernels.workspace import out_with_workspace
 from quantkit.reference.common import ceil_div  # not triton.cdiv: ~4 µs of host time a call
 
 MIN_CAPABILITY = (8, 0)
@@ -671,28 +672,56 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
 
         if wo_gemm_sm90.usable(x, weight_q):
             return wo_gemm_sm90.launch(x, weight_q, weight_scale, bias, config)
-    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if config.get("kernel") == "decode":
         from quantkit.kernels import wo_decode_sm90
 
         if M <= 16 and wo_decode_sm90.usable_int8(x, weight_q, config):
+            out = torch.empty((M, N), dtype=x.dtype, device=x.device)
             wo_decode_sm90.launch_int8(x, weight_q, weight_scale, bias, out, config)
             return out
-    for fast, grid, args, kwargs in _plan(x, weight_q, weight_scale, bias, out, M, N, K, config):
+    splits = _partial_splits(x, M, N, K, config)
+    part = None
+    if splits > 1:  # the float32 partials live behind the output, in its allocation
+        out, ws = out_with_workspace(M, N, x.dtype, x.device, 4 * splits * M * N)
+        part = ws.view(torch.float32).view(splits, M, N)
+    else:
+        out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    for fast, grid, args, kwargs in _plan(x, weight_q, weight_scale, bias, out, M, N, K, config, part):
         fast[grid](*args, **kwargs)
     return out
 
 
-def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
-    """The launches that compute ``out`` with config ``cfg``: [(cached kernel, grid, args, kwargs)].
-    (Also what the tests compile for sm_90 to check registers, shared memory and the SASS.)"""
+def _resolved(x, M, N, K, cfg) -> tuple[str, dict]:
+    """(kernel kind, config) that :func:`_plan` launches for ``cfg`` on these inputs: the Gluon kinds
+    fall back to a Triton kernel where they cannot run (linear() tries them first), and ``mma_ss`` to
+    ``mma`` on rows that are not 16-byte aligned."""
     kind = cfg.get("kernel")
-    if kind in ("tma_wgmma", "decode"):  # where the Gluon kernels cannot run (linear() tries them first)
+    if kind in ("tma_wgmma", "decode"):
         cfg = default_config(M, N, K)
         if cfg["kernel"] in ("tma_wgmma", "decode"):
             cfg = (_mma_ss_config(256, 128, 64, 8, 3) if M > 256 else _mma_default(M, N, K) if M > 16
                    else _gemv_config(16, 512, 4, 3) if M == 1 else _stream_config(16, 512, 4, 4))
         kind = cfg["kernel"]
+    if kind == "mma_ss" and not _rows_aligned(x, K):
+        # Element-wise loads and no cp.async: the register-operand kernel's safe tile fits better.
+        kind, cfg = "mma", _mma_config(128, 64, 64, 8, 3)
+    return kind, cfg
+
+
+def _partial_splits(x, M, N, K, cfg) -> int:
+    """How many float32 [M, N] split-K partial planes :func:`_plan` needs for ``cfg`` (1: none)."""
+    kind, cfg = _resolved(x, M, N, K, cfg)
+    if kind != "mma":
+        return 1
+    return _split_plan(K, _mma_tiles(cfg, x, K)[2], cfg.get("SPLIT_K", 1))[1]
+
+
+def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg, part=None) -> list[tuple]:
+    """The launches that compute ``out`` with config ``cfg``: [(cached kernel, grid, args, kwargs)].
+    ``part``: the float32 [splits, M, N] split-K partials where the config splits K (``linear`` carves
+    them from the output's allocation; left out, they are allocated here).
+    (Also what the tests compile for sm_90 to check registers, shared memory and the SASS.)"""
+    kind, cfg = _resolved(x, M, N, K, cfg)
     bias_arg = bias if bias is not None else weight_scale  # never read without HAS_BIAS
     if kind == "gemv":
         block_n, block_k = int(cfg["BLOCK_N"]), int(cfg["BLOCK_K"])
@@ -711,14 +740,16 @@ def _plan(x, weight_q, weight_scale, bias, out, M, N, K, cfg) -> list[tuple]:
                       X_BCAST=M == 1, DOT_DTYPE=_dot_dtype(x), TF32X3=x.dtype == torch.float32,
                       BLOCK_N=block_n, BLOCK_M=block_m, BLOCK_K=block_k, KSPLIT=warps, STAGES=stages,
                       num_warps=warps, num_stages=1))]
-    if kind == "mma_ss" and not _rows_aligned(x, K):
-        # Element-wise loads and no cp.async: the register-operand kernel's safe tile fits better.
-        kind, cfg = "mma", _mma_config(128, 64, 64, 8, 3)
     if kind == "mma":
         block_n, block_m, block_k, warps, stages = _mma_tiles(cfg, x, K)
         iters, splits = _split_plan(K, block_k, cfg.get("SPLIT_K", 1))
-        # The one exception to "nothing but the output": a float32 split-K workspace (module docstring).
-        part = out if splits == 1 else torch.empty((splits, M, N), dtype=torch.float32, device=out.device)
+        if splits == 1:
+            part = out
+        elif part is None:
+            part = torch.empty((splits, M, N), dtype=torch.float32, device=out.device)
+        elif tuple(part.shape) != (splits, M, N) or part.dtype != torch.float32:
+            raise ValueError(f"int8_weight_only: split-K partials must be float32 {(splits, M, N)}, got "
+                             f"{part.dtype} {tuple(part.shape)}")
         plan = [(_mma_fast, (ceil_div(N, block_n) * ceil_div(M, block_m), splits),
                  (x, weight_q, weight_scale, bias_arg, part, M, N, K, x.stride(0), weight_q.stride(0), iters),
                  dict(LOOP_TRIPS=iters if _INTERPRETED else 0, HAS_BIAS=bias is not None, PARTIAL=splits > 1,

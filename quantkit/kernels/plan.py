@@ -12,7 +12,8 @@ other arguments) runs normally (it may autotune); the second is *recorded*: ever
 through :mod:`quantkit.kernels.launch` is captured with its compiled kernel, grid and arguments, and
 every PyTorch op is watched by a dispatch mode. Later calls *replay*: allocate what the recorded call
 allocated, call each compiled kernel's launcher directly with the new addresses, and re-issue the
-recorded cuBLAS calls (``_scaled_mm``, ``mm``, ``addmm``) on the same views of the new buffers.
+recorded cuBLAS calls (``_scaled_mm``, ``mm``, ``addmm``, and their ``out=`` forms) on the same views
+of the new buffers.
 
 A call is only planned when everything it did was allocations, views, launches through
 ``launch.cached`` and those cuBLAS calls, it returned one of the tensors it created (or a view of one
@@ -43,7 +44,9 @@ _VIEW_OPS = {"aten::view", "aten::view.dtype", "aten::_unsafe_view", "aten::slic
              "aten::t", "aten::transpose.int", "aten::permute", "aten::as_strided", "aten::unsqueeze",
              "aten::squeeze.dim", "aten::alias", "aten::detach", "aten::expand", "aten::reshape",
              "aten::narrow", "aten::_reshape_alias"}
-_REPLAYED_OPS = {"aten::_scaled_mm", "aten::mm", "aten::addmm"}
+_REPLAYED_OPS = {"aten::_scaled_mm", "aten::mm", "aten::addmm",
+                 # their out= forms, writing into a view of a block the call allocated
+                 "aten::_scaled_mm.out", "aten::mm.out", "aten::addmm.out"}
 
 
 def note_launch(kernel, grid, values) -> None:
@@ -161,6 +164,8 @@ class Plan:
             else:
                 _, func, arg_specs, kwargs = step
                 op_args = [a.get(roots, args) if type(a) is _TensorArg else a for a in arg_specs]
+                if "out" in kwargs:
+                    kwargs = dict(kwargs, out=kwargs["out"].get(roots, args))
                 out = func(*op_args, **kwargs)
                 roots.append(out)
                 bases.append(out.data_ptr())
@@ -225,10 +230,17 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
         for step in rec.steps:
             if step[0] == "op":
                 _, func, op_args, kwargs, _ = step
+                kwargs = dict(kwargs)
+                if isinstance(kwargs.get("out"), torch.Tensor):
+                    # An out= op: it must write into a block this call allocated (re-made at replay).
+                    kwargs["out"] = spec = tensor_spec(kwargs["out"])
+                    if type(spec) is not _TensorArg or not spec.from_root \
+                            or not 1 <= spec.index <= len(rec.allocations):
+                        raise _Unplannable("an op writes into a tensor the call did not allocate")
                 if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
                     raise _Unplannable("an op takes tensor keyword arguments")
                 specs = [tensor_spec(a) if isinstance(a, torch.Tensor) else a for a in op_args]
-                steps.append(("op", func, specs, dict(kwargs)))
+                steps.append(("op", func, specs, kwargs))
                 continue
             _, kernel, grid, values = step
             launcher = kernel.run

@@ -239,6 +239,42 @@ def test_cublas_ops_are_replayed_on_views_of_the_new_buffers(monkeypatch):
         assert K1.run.calls[-1][13] == x_new.data_ptr()
 
 
+def test_out_form_cublas_ops_write_into_the_new_output_block(monkeypatch):
+    """fp8's cuBLAS path: scratch and output in one block, cuBLAS writing into the output view (an
+    ``out=`` op). The replay re-makes the block and re-issues the op into the new view; an out= op
+    into a tensor the call did not create is not planned."""
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    weight, _, bias, _ = _args()
+
+    def fn(x, weight, bias):
+        m = x.shape[0]
+        buf = torch.empty(m * 16 + 64, dtype=x.dtype)
+        y = buf[:m * 16].view(m, 16)
+        _launch(K1, (1,), [x, buf.view(torch.uint8)[m * 64:]])
+        torch.addmm(bias[:16], x, weight.t(), out=y)
+        return y
+
+    x = torch.randn(6, 32)
+    y, plan = plan_mod._record(fn, x, (weight, bias))
+    assert isinstance(plan, plan_mod.Plan), plan
+    for _ in range(2):
+        x_new = torch.randn(6, 32)
+        y_new = plan.replay(x_new, (weight, bias))
+        assert K1.run.calls[-1][13 + 1] == y_new.data_ptr() + 6 * 64  # the scratch behind the new output
+        assert y_new.untyped_storage().nbytes() == y.untyped_storage().nbytes() and y_new.data_ptr() != y.data_ptr()
+        torch.testing.assert_close(y_new, fn(x_new, weight, bias), rtol=0, atol=0)
+
+    outside = torch.empty(6, 16)
+
+    def into_outside(x, weight, bias):
+        _launch(K1, (1,), [x, outside])
+        torch.addmm(bias[:16], x, weight.t(), out=outside)
+        return outside.view(6, 16)
+
+    _, plan = plan_mod._record(into_outside, x, (weight, bias))
+    assert not isinstance(plan, plan_mod.Plan)
+
+
 def test_an_output_that_views_a_larger_allocation_is_replayed_as_that_view(monkeypatch):
     """The decode paths keep their scratch behind the output in one allocation and return the leading
     view: the replay allocates the block again and returns the same view of it, which is also where
