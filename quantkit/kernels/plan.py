@@ -115,17 +115,29 @@ def _current_stream() -> int:
 class _TensorArg:
     """An op's tensor argument at replay: a view of root ``index`` (``from_root``) or of the call's
     ``index``-th argument; ``offset`` None means the base tensor itself, else ``as_strided`` at that
-    element offset from it."""
-    __slots__ = ("from_root", "index", "size", "stride", "offset")
+    element offset from it. ``dtype``: the view reads a contiguous base's bytes as another dtype (the
+    codes and scales kept behind an output): the base is first seen as a flat tensor of that dtype."""
+    __slots__ = ("from_root", "index", "size", "stride", "offset", "dtype")
 
-    def __init__(self, from_root, index, size=None, stride=None, offset=None):
+    def __init__(self, from_root, index, size=None, stride=None, offset=None, dtype=None):
         self.from_root, self.index, self.size, self.stride, self.offset = from_root, index, size, stride, offset
+        self.dtype = dtype
 
     def get(self, roots, args) -> torch.Tensor:
         base = roots[self.index] if self.from_root else args[self.index]
         if self.offset is None:
             return base
+        if self.dtype is not None:
+            base = _flat_as(base, self.dtype)
         return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
+
+
+def _flat_as(base: torch.Tensor, dtype) -> torch.Tensor:
+    """A contiguous tensor's bytes as a 1-D tensor of ``dtype`` starting where it starts (a trailing
+    part shorter than one element of ``dtype`` left out)."""
+    flat = base.reshape(-1).view(torch.uint8)
+    size = dtype.itemsize
+    return flat[:flat.numel() // size * size].view(dtype)
 
 
 class Plan:
@@ -209,12 +221,17 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
         else:
             keep_alive.append(t)
             return t
+        dtype = None
         if t.dtype != base.dtype:
-            raise _Unplannable("an op reads a buffer through another dtype")
-        if t.shape == base.shape and t.stride() == base.stride() and t.data_ptr() == base.data_ptr():
+            # A view of the block's bytes as another dtype (fp8 codes and float32 scales behind a bf16
+            # output): replayed through a flat view of the base in that dtype.
+            if not from_root or not base.is_contiguous() or (t.data_ptr() - base.data_ptr()) % t.element_size():
+                raise _Unplannable("an op reads a buffer through another dtype")
+            dtype = t.dtype
+        elif t.shape == base.shape and t.stride() == base.stride() and t.data_ptr() == base.data_ptr():
             return _TensorArg(from_root, index)
         return _TensorArg(from_root, index, tuple(t.shape), tuple(t.stride()),
-                          (t.data_ptr() - base.data_ptr()) // t.element_size())
+                          (t.data_ptr() - base.data_ptr()) // t.element_size(), dtype)
 
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
