@@ -920,7 +920,11 @@ _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
 # M = 1024: 40.2-40.9 µs cuBLAS, 41.2-41.3 Gluon on the GPU; eagerly 0.72x against bf16 with cuBLAS on a
 # slow host): a re-sweep should not put cuBLAS back there without an eager A/B on such a host. Since
 # round 18 that entry stores its tiles by TMA (nine alternating rounds: 41.8 against 42.1 µs, every round
-# faster). `--ship` keeps such an entry for a GPU that borrows it unless its own sweep wins by 5 %.
+# faster). Round 29 did the same for 4096² at M = 4096 (GPU 136-138 µs cuBLAS, 141-143 the Gluon GEMM with TMA
+# stores; eagerly, three alternating rounds on a host where `_scaled_mm` cost 117-164 µs a call: cuBLAS 0.98-1.28x,
+# the Gluon GEMM 1.16-1.22x). The longer cuBLAS cells (14336x4096, 4096x14336 at M >= 1024) keep cuBLAS: it won
+# every eager round there too. `--ship` keeps such an entry for a GPU that borrows it unless its own sweep wins
+# by 5 %.
 # The Gluon GEMM with its output tiles stored by TMA while the next tile's K loop runs (round 17 probe: the
 # GEMM 0.2-5 % faster than with row stores at M = 1024 / 4096 on the benchmark shapes) took the places of
 # 3 stages and GROUP_M 16, which no sweep picked.
