@@ -59,8 +59,8 @@ Kernels
 
 Per call: one allocation, the output's. The separate-quantization path (``fuse_act_quant`` false, only
 for M > 16) keeps the e4m3 codes and K-major scales of x behind the output, in its allocation, as the
-``decode`` path does, and with them a split-K swap config's float32 partials; the cuBLAS path writes
-into that output too (``_scaled_mm(out=...)``). No host synchronization;
+``decode`` path does, and with them a split-K swap config's float32 partials (the block lives as long as
+the output); the cuBLAS path writes into that output too (``_scaled_mm(out=...)``). No host synchronization;
 every launch goes through :func:`quantkit.kernels.launch.cached`.
 
 The activation quantizers divide with ``_div_exact`` (reciprocal, multiply and two fused-multiply-add

@@ -60,9 +60,10 @@ tests compile every mma config for sm_90 and check the SASS for this hazard.
 Split-K (``mma`` only, ``SPLIT_K > 1``, offered for M > 16 where the output tiles are fewer than
 the SMs): every split writes float32 partial sums to a workspace [splits, M, N] carved from the
 output's own allocation (:func:`quantkit.kernels.workspace.out_with_workspace`: one allocation a
-call, CUDA-graph safe) and ``_splitk_epilogue_kernel`` adds them in a fixed order, applies scale and
-bias and casts: deterministic, and the sum stays in float32 as the reference has it. The second
-launch is the one exception to "one launch"; decode sizes (M <= 16) never take it by default.
+call, CUDA-graph safe; the block lives as long as the output) and ``_splitk_epilogue_kernel`` adds them
+in a fixed order, applies scale and bias and casts: deterministic, and the sum stays in float32 as the
+reference has it. The second launch is the one exception to "one launch"; decode sizes (M <= 16) never
+take it by default.
 
 Dequantization: q + 128 is placed in the low mantissa byte of 2^23 with integer ops and one float32
 subtraction of (2^23 + 128) leaves q exactly. The hardware int→float conversion (I2F) issues at a

@@ -1,8 +1,11 @@
 """Scratch memory a kernel needs beyond its output, without a second allocation per call.
 
 The families promise one allocation per call, the output's. Where a kernel needs scratch (the x codes
-of the two-kernel decode path, the stream-K pieces of the weight-only GEMM) it is carved from the
-same block: :func:`out_with_workspace`. Launch plans replay the block's allocation and the views.
+and scales of the two-kernel paths, the stream-K pieces of the weight-only GEMM, split-K partial sums)
+it is carved from the same block: :func:`out_with_workspace`. Launch plans replay the block's
+allocation and the views. The price: the scratch stays allocated as long as the output does (a few MB
+at most on the shipped split-K configs; int4's ``dequant_mm``, whose scratch is the whole [N, K] weight,
+allocates it separately instead).
 """
 from __future__ import annotations
 
