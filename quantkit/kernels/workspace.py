@@ -3,9 +3,9 @@
 The families promise one allocation per call, the output's. Where a kernel needs scratch (the x codes
 and scales of the two-kernel paths, the stream-K pieces of the weight-only GEMM, split-K partial sums)
 it is carved from the same block: :func:`out_with_workspace`. Launch plans replay the block's
-allocation and the views. The price: the scratch stays allocated as long as the output does (a few MB
-at most on the shipped split-K configs; int4's ``dequant_mm``, whose scratch is the whole [N, K] weight,
-allocates it separately instead).
+allocation and the views. The price: the scratch stays allocated as long as the output does (split-K
+partials: a few MB on the shipped configs; the 8-bit paths' x codes: M·K bytes, half of a bf16 x). int4's
+``dequant_mm``, whose scratch is the whole [N, K] weight, allocates it separately instead.
 """
 from __future__ import annotations
 
