@@ -1,5 +1,6 @@
 """quantize_: walking, per-module control, the report, meta models, idempotence, recipes and errors."""
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -120,8 +121,13 @@ def test_suffix_patterns_do_not_match_partial_names():
 
 def test_shape_skip_warns_naming_the_module():
     model = nn.Sequential(nn.Linear(100, 64), nn.Linear(64, 256))
-    with pytest.warns(UserWarning, match=r"kept 0 \(Linear 64x100\).*not a multiple of group_size=128"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         report = quantkit.quantize_(model, "int4-weight-only")
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert len(messages) == 2, messages  # one warning per module kept, each naming it
+    assert re.search(r"kept 0 \(Linear 64x100\).*in_features=100 is not a multiple of group_size=128", messages[0])
+    assert re.search(r"kept 1 \(Linear 256x64\).*in_features=64 is not a multiple of group_size=128", messages[1])
     skipped = {m.name: m for m in report.skipped}
     assert list(skipped) == ["0", "1"]  # 64 is not a multiple of 128 either
     assert skipped["0"].recipe.startswith("int4-weight-only")
