@@ -1,9 +1,9 @@
 """The end-to-end prefill with one tuned-table entry replaced, to judge an entry by the whole model rather than
 its layer alone. Prints bf16's and the recipe's prefill ms, with CUDA graphs and eagerly.
 
-    python scripts/probe_e2e_entry.py RECIPE [FAMILY M N K 'CFG_JSON'] [--prefill-len 2048]
+    python scripts/probe_e2e_entry.py RECIPE [FAMILY M N K 'CFG_JSON' ...] [--prefill-len 2048] [--eager-only]
 
-Without an override the shipped table runs. Run each variant in its own process (plans and memos are per process).
+Overrides come in groups of five; without one the shipped table runs. Run each variant in its own process (plans and memos are per process).
 """
 import argparse
 import json
@@ -17,13 +17,19 @@ def main():
     p.add_argument("recipe")
     p.add_argument("override", nargs="*", help="FAMILY M N K CFG_JSON")
     p.add_argument("--prefill-len", type=int, default=2048)
+    p.add_argument("--eager-only", action="store_true")
     args = p.parse_args()
+    if len(args.override) % 5:
+        p.error("overrides come in groups of FAMILY M N K CFG_JSON")
     label = "shipped table"
-    if args.override:
-        family, m, n, k, cfg = args.override
+    cells = []
+    for i in range(0, len(args.override), 5):
+        family, m, n, k, cfg = args.override[i:i + 5]
         tuning._MEMO[(family, tuning.m_bucket(int(m)), int(n), int(k))] = json.loads(cfg)
-        label = f"{family} {m},{n},{k} -> {cfg}"
-    for graphs in (True, False):
+        cells.append(f"{m},{n},{k}")
+    if cells:
+        label = f"{args.override[0]} {' '.join(cells)} -> {args.override[4]}"
+    for graphs in ((False,) if args.eager_only else (True, False)):
         result = run_e2e(E2EConfig(recipes=[args.recipe], prefill_len=args.prefill_len, prefill_reps=5,
                                    decode_batches=[1], decode_steps=4, graphs=graphs), log=lambda s: None)
         ms = {row["method"]: row.get("prefill_ms") for row in result["rows"]}
