@@ -12,13 +12,14 @@ timeout 260 python -m quantkit bench e2e --no-graph --batches 1 --decode-steps 8
   > $OUT/bench_e2e_eager.log 2>&1
 grep "^| " $OUT/bench_e2e_eager.md | cut -d'|' -f2-7
 G='{"kernel": "gluon", "BLOCK_M": 128, "BLOCK_N": 128, "GROUP_M": 8, "fuse_act_quant": false, "num_warps": 8, "num_stages": 4, "EPI": "tma"}'
-ALL="fp8_block 2048 4096 4096 $G fp8_block 2048 14336 4096 $G fp8_block 2048 4096 14336 $G fp8_block 2048 128256 4096 $G"
+ALL=()
+for nk in "4096 4096" "14336 4096" "4096 14336" "128256 4096"; do ALL+=(fp8_block 2048 $nk "$G"); done
 for r in 1 2; do
   if [ $r = 1 ]; then
     timeout 90 python scripts/probe_e2e_entry.py fp8-block --eager-only >> $OUT/e2e_eager_all_gluon.log 2>&1
-    eval timeout 90 python scripts/probe_e2e_entry.py fp8-block --eager-only $(printf "%q " $ALL) >> $OUT/e2e_eager_all_gluon.log 2>&1
+    timeout 90 python scripts/probe_e2e_entry.py fp8-block --eager-only "${ALL[@]}" >> $OUT/e2e_eager_all_gluon.log 2>&1
   else
-    eval timeout 90 python scripts/probe_e2e_entry.py fp8-block --eager-only $(printf "%q " $ALL) >> $OUT/e2e_eager_all_gluon.log 2>&1
+    timeout 90 python scripts/probe_e2e_entry.py fp8-block --eager-only "${ALL[@]}" >> $OUT/e2e_eager_all_gluon.log 2>&1
     timeout 90 python scripts/probe_e2e_entry.py fp8-block --eager-only >> $OUT/e2e_eager_all_gluon.log 2>&1
   fi
 done
