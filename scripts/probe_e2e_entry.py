@@ -18,7 +18,7 @@ def main():
     p.add_argument("override", nargs="*", help="FAMILY M N K CFG_JSON")
     p.add_argument("--prefill-len", type=int, default=2048)
     p.add_argument("--eager-only", action="store_true")
-    args = p.parse_args()
+    args = p.parse_intermixed_args()
     if len(args.override) % 5:
         p.error("overrides come in groups of FAMILY M N K CFG_JSON")
     label = "shipped table"

@@ -24,7 +24,9 @@ def out_with_workspace(M: int, N: int, dtype: torch.dtype, device, ws_bytes: int
     returned tensor keeps alive)."""
     size = dtype.itemsize
     out_bytes = ceil_div(M * N * size, 16) * 16
-    buf = torch.empty(ceil_div(out_bytes + ws_bytes, size), dtype=dtype, device=device)
+    # The block's size a multiple of 16 bytes: it can be viewed as any dtype of up to 16 bytes whole
+    # (a launch plan rebuilds the workspace's views through such a view, one op each).
+    buf = torch.empty(ceil_div(out_bytes + ws_bytes, 16) * 16 // size, dtype=dtype, device=device)
     return buf[:M * N].view(M, N), buf.view(torch.uint8)[out_bytes:out_bytes + ws_bytes]
 
 

@@ -275,17 +275,18 @@ def test_out_form_cublas_ops_write_into_the_new_output_block(monkeypatch):
     assert not isinstance(plan, plan_mod.Plan)
 
 
-def test_ops_on_views_of_a_block_through_another_dtype(monkeypatch):
+@pytest.mark.parametrize("tail", [0, 1])
+def test_ops_on_views_of_a_block_through_another_dtype(monkeypatch, tail):
     """fp8's cuBLAS path reads its fp8 codes and float32 scales from a bf16 block: an op argument (here
     the out= tensor) that views a block's bytes as another dtype, at a byte offset, is rebuilt on the
-    new block at the same bytes."""
+    new block at the same bytes (a block of whole float64s, and one with a 4-byte tail)."""
     monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
     weight = torch.randn(16, 32, dtype=torch.float64)
 
     def fn(x, weight):
-        buf = torch.empty(16 + 2 * 6 * 16, dtype=torch.float32)
+        buf = torch.empty(16 + 2 * 6 * 16 + tail, dtype=torch.float32)
         _launch(K1, (1,), [x, buf])
-        torch.mm(x, weight.t(), out=buf[16:].view(torch.float64).view(6, 16))  # 64 bytes in
+        torch.mm(x, weight.t(), out=buf[16:16 + 2 * 6 * 16].view(torch.float64).view(6, 16))  # 64 bytes in
         return buf
 
     y, plan = plan_mod._record(fn, torch.randn(6, 32, dtype=torch.float64), (weight,))
@@ -293,7 +294,8 @@ def test_ops_on_views_of_a_block_through_another_dtype(monkeypatch):
     x_new = torch.randn(6, 32, dtype=torch.float64)
     buf = plan.replay(x_new, (weight,))
     assert buf.dtype == torch.float32 and buf.shape == y.shape
-    torch.testing.assert_close(buf[16:].view(torch.float64).view(6, 16), x_new @ weight.t(), rtol=0, atol=0)
+    torch.testing.assert_close(buf[16:16 + 2 * 6 * 16].view(torch.float64).view(6, 16), x_new @ weight.t(),
+                               rtol=0, atol=0)
 
 
 def test_an_output_that_views_a_larger_allocation_is_replayed_as_that_view(monkeypatch):
