@@ -924,8 +924,9 @@ _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
 # stores; eagerly, three alternating rounds on a host where `_scaled_mm` cost 117-164 µs a call: cuBLAS 0.98-1.28x,
 # the Gluon GEMM 1.16-1.22x) and for 4096x14336 at M = 1024 (cuBLAS 3-4 % ahead in the median, but one of four
 # per-layer runs read it at 1.16x, a round of 201.8 µs against ~117 µs of GPU time; the Gluon GEMM 1.29-1.30x in
-# every round). The cuBLAS cells left (14336x4096 at M >= 1024, 4096x14336 at M = 4096) have GPU time enough to
-# hide `_scaled_mm`'s host time: cuBLAS won every eager round there. `--ship` keeps such an entry for a GPU that
+# every round), and for 4096² at M = 2048 (eagerly cuBLAS 0.61x, the Gluon GEMM 1.23x; the CUDA-graph 2048-token
+# prefill level, 37.7-38.0 against 37.8-38.2 ms). The cuBLAS cells left (the 14336-wide ones at M >= 1024 but
+# 4096x14336 at M = 1024) have GPU time enough to hide `_scaled_mm`'s host time: cuBLAS won every eager round there. `--ship` keeps such an entry for a GPU that
 # borrows it unless its own sweep wins by 5 %.
 # The Gluon GEMM with its output tiles stored by TMA while the next tile's K loop runs (round 17 probe: the
 # GEMM 0.2-5 % faster than with row stores at M = 1024 / 4096 on the benchmark shapes) took the places of
