@@ -442,12 +442,13 @@ def test_quantizers_bit_exact_gpu(scale_fmt):
 def test_real_shapes_gpu(n, k):
     """config=None (the shipped table, else default_config) at the benchmark shapes. Each M is checked
     in two steps, so a failure says which: the kernel's activation codes against the reference's
-    (bit-exact), then the GEMM against the float32 reference built from those codes."""
+    (bit-exact), then the GEMM against the float32 reference built from those codes. M = 2048 and 4096:
+    the large-M entries (cuBLAS or the Gluon GEMM, per cell)."""
     torch.manual_seed(2)
     w = (torch.randn(n, k, device="cuda") * 0.02).bfloat16()
     weight_q, weight_scale = fk.quantize_weight(w)
     failures = []
-    for m in (1, 16, 128, 1024):
+    for m in (1, 16, 128, 1024, 2048, 4096):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         x_q, x_s = R.quantize_act_fp8_group(x)
         kq, ks = fk.quantize_act(x)
