@@ -3,7 +3,8 @@ its layer alone. Prints bf16's and the recipe's prefill ms, with CUDA graphs and
 
     python scripts/probe_e2e_entry.py RECIPE [FAMILY M N K 'CFG_JSON' ...] [--prefill-len 2048] [--eager-only]
 
-Overrides come in groups of five; without one the shipped table runs. Run each variant in its own process (plans and memos are per process).
+Overrides come in groups of five; without one the shipped table runs. Run each variant in its own process
+(plans and memos are per process).
 """
 import argparse
 import json

@@ -356,7 +356,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                             f"{a['speedup']:.2f}x vs {a['peer_speedup']:.2f}x {a['peer']}"
                             + ("" if a["ahead"] else " (behind)"))
             table.append(line)
-        out.append(common.markdown_table(["N×K", "M", *recipes_with_peers], table, "lr" + "l" * len(recipes_with_peers)))
+        out.append(common.markdown_table(["N×K", "M", *recipes_with_peers], table,
+                                         "lr" + "l" * len(recipes_with_peers)))
     if any(r.get("floor_us") for r in rows):
         out += ["", "### Against the read floor (M ≤ {})".format(settings.get("floor_max_m", FLOOR_MAX_M)), "",
                 "The floor is the fastest plain read of a row's bytes (weight, x, y) under the same timer "

@@ -926,8 +926,8 @@ _MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
 # per-layer runs read it at 1.16x, a round of 201.8 µs against ~117 µs of GPU time; the Gluon GEMM 1.29-1.30x in
 # every round), and for 4096² at M = 2048 (eagerly cuBLAS 0.61x, the Gluon GEMM 1.23x; the CUDA-graph 2048-token
 # prefill level, 37.7-38.0 against 37.8-38.2 ms). The cuBLAS cells left (the 14336-wide ones at M >= 1024 but
-# 4096x14336 at M = 1024) have GPU time enough to hide `_scaled_mm`'s host time: cuBLAS won every eager round there. `--ship` keeps such an entry for a GPU that
-# borrows it unless its own sweep wins by 5 %.
+# 4096x14336 at M = 1024) have GPU time enough to hide `_scaled_mm`'s host time: cuBLAS won every eager round
+# there. `--ship` keeps such an entry for a GPU that borrows it unless its own sweep wins by 5 %.
 # The Gluon GEMM with its output tiles stored by TMA while the next tile's K loop runs (round 17 probe: the
 # GEMM 0.2-5 % faster than with row stores at M = 1024 / 4096 on the benchmark shapes) took the places of
 # 3 stages and GROUP_M 16, which no sweep picked.
@@ -1005,14 +1005,12 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         bx = max(4, min(config["BLOCK_X"], triton.next_power_of_2(m)))
         groups = config["GROUPS"]
         tiles = ceil_div(n, bw) * ceil_div(m, bx)
-        split = _swap_split(config, k, block_size, fuse)
-        k_steps = ceil_div(k, block_size * groups) // split
-        if split == 1:
-            out = y
-        elif partials is None:
-            out = torch.empty(split, m, n, dtype=torch.float32, device=y.device)
+        if partials is not None:  # carved by the caller for this config's split (_out_and_partials)
+            split, out = partials.shape[0], partials
         else:
-            out = partials
+            split = _swap_split(config, k, block_size, fuse)
+            out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=y.device)
+        k_steps = ceil_div(k, block_size * groups) // split
         kwargs = dict(SPLIT_K=split, k_span=_loop_bound(k_steps * block_size * groups)) if split > 1 else {}
         if pdl:
             kwargs.update(WAIT_PRIOR=True, LAUNCH_DEPENDENTS=split > 1, launch_pdl=True)

@@ -896,12 +896,12 @@ def _launch_mma(x, packed, scale, zero, bias, y, group_size, config, ws=None) ->
     # float32 -> bf16 casts: there every dot runs in float32.
     dot_f32 = x.dtype == torch.float32 or _INTERPRET
     k_tiles = K // bk
-    split = _mma_split(x, group_size, config)
+    if ws is not None:  # carved by linear() for this config's split
+        split = ws.shape[0]
+    else:
+        split = _mma_split(x, group_size, config)
+        ws = y if split == 1 else torch.empty((split, M, N), dtype=torch.float32, device=x.device)
     tiles = k_tiles // split
-    if split == 1:
-        ws = y
-    elif ws is None:
-        ws = torch.empty((split, M, N), dtype=torch.float32, device=x.device)
     grid = (ceil_div(M, bm) * ceil_div(N, bn), split)
     _mma_fast[grid](
         x, packed, scale, zero, bias if bias is not None else scale, y, ws,
@@ -999,7 +999,7 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
         return _run_dequant_mm(x, weight_packed, weight_scale, weight_zero_point, bias, group_size, config)
     if M == 0 or N == 0:
         return torch.empty((M, N), dtype=x.dtype, device=x.device)
-    if kind not in ("small", "gemv") and (split := _mma_split(x, group_size, config)) > 1:
+    if kind == "mma" and (split := _mma_split(x, group_size, config)) > 1:
         # The float32 partials live behind the output, in its allocation (one allocation a call).
         y, ws = out_with_workspace(M, N, x.dtype, x.device, 4 * split * M * N)
         _launch_mma(x, weight_packed, weight_scale, weight_zero_point, bias, y, group_size, config,
