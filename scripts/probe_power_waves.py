@@ -5,7 +5,9 @@ Two measurements, for one family at M x K (default int8_dynamic, 4096 x 4096):
 1. **Clock and power while `do_bench` runs** (L2 flushed before each call, as `quantkit bench layers` times):
    `nvidia-smi --query-gpu=clocks.sm,power.draw -lms 20` samples in the background while each workload loops for
    SECONDS; the median SM clock and power of the samples taken while it ran are printed. Workloads: bf16
-   `F.linear`, the shipped layer under `do_bench` (flush between calls), and the same layer back to back (no flush).
+   `F.linear` and the shipped layer (called unplanned, so its host time can leave the GPU idle between calls)
+   under `do_bench` (flush between calls) and back to back; then each from CUDA graphs of 20 calls with and
+   without a 256 MB memset before each (the benchmark's GPU-side sequence, no host gaps).
 2. **Waves**: the layer at N = N0 - 128, N0 and N0 + 128 with N0's shipped config forced, GPU time from graph replay
    (L2 flushed), ROUNDS alternating rounds. With 256 x 128 tiles at N0 = 4096 the persistent grid runs 496 / 512 /
    528 tiles on 132 SMs: at most four tiles a program in all three. A layer bound by its waves takes the same time at
@@ -73,13 +75,40 @@ def main():
         fn()
     torch.cuda.synchronize()
 
+    def graph_of(fn, flush):
+        """A CUDA graph of 20 calls of ``fn``, each after a 256 MB memset when ``flush`` (do_bench's L2 flush):
+        the benchmark's GPU-side sequence without the host's gaps between calls."""
+        cache = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(20):
+                if flush:
+                    cache.zero_()
+                fn()
+        graph.cache = cache  # keep the buffer alive with the graph
+
+        def replay():
+            graph.replay()
+            torch.cuda.synchronize()  # one replay (~20 calls) queued at a time: the sampling window stays the run's
+
+        return replay
+
     print("\n1. SM clock and power (median of 20 ms samples)", flush=True)
     print(f"{'workload':44s} {'MHz':>6s} {'W':>6s} {'samples':>8s} {'median us':>10s}", flush=True)
     for label, fn in (("idle", lambda: time.sleep(0.01)),
                       ("bf16 F.linear, do_bench (flush)", None),
                       (f"{family} layer, do_bench (flush)", None),
                       (f"{family} layer, back to back", layer),
-                      ("bf16 F.linear, back to back", bf16)):
+                      ("bf16 F.linear, back to back", bf16),
+                      ("bf16 F.linear, graph of flush + call", graph_of(bf16, True)),
+                      (f"{family} layer, graph of flush + call", graph_of(layer, True)),
+                      ("bf16 F.linear, graph of calls", graph_of(bf16, False)),
+                      (f"{family} layer, graph of calls", graph_of(layer, False))):
         if fn is None:
             target = bf16 if label.startswith("bf16") else layer
             times = []
