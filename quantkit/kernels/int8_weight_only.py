@@ -559,8 +559,9 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         cands = [
             _stream_config(16, 512, 4, 4),
             # two warps (two K slices a step) in the place of three stages, which no sweep had picked: 14.8
-            # against 15.1 µs at 4096² M = 16, faster in 16 of 16 alternating rounds; level at 4096 x 14336
-            # (notes/int8_weight_only.md, round 30)
+            # against 15.1 µs at 4096² M = 16, faster in 14 of 16 alternating rounds on two H100s (level in one,
+            # 0.1 µs slower in one) and in 9 of 9 on an H200; level at 4096 x 14336 (notes/int8_weight_only.md,
+            # round 30)
             _stream_config(16, 512, 2, 4),
             _stream_config(16, 256, 4, 4),
             _stream_config(32, 256, 4, 4),
