@@ -21,7 +21,11 @@ for stage in $stages; do
       python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability())" | tee -a "$OUT/env.txt" ;;
     tests)
       stamp tests
-      python3 -m pytest -m gpu -q -p no:cacheprovider ${TEST_PATHS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40 ;;
+      # TEST_WORKERS processes (default 8) where pytest-xdist is installed: most of the suite's time is Triton
+      # compiling kernels on the CPU, one core a process
+      workers=()
+      python3 -c "import xdist" 2>/dev/null && [ "${TEST_WORKERS:-8}" -gt 1 ] && workers=(-n "${TEST_WORKERS:-8}")
+      python3 -m pytest -m gpu -q -p no:cacheprovider ${workers[@]+"${workers[@]}"} --durations=15 ${TEST_PATHS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -60 ;;
     tune)
       stamp tune
       for f in ${TUNE_FAMILIES:-fp8_block int8_dynamic int8_weight_only int4_weight_only}; do
