@@ -6,7 +6,7 @@ what it wins on the GPU. For each config: the tuned-config memo is pointed at it
 ``linear`` runs it (first call, recorded call, replays), then eager ``do_bench`` (warmup 25, rep 100, as
 ``bench layers``), the CUDA-graph GPU time and the host µs per call; two rounds in alternating order.
 
-    PYTHONPATH=. python scripts/probe_eager_configs.py [fp8|int4|int8] [M,M,...] [NxK ...]
+    PYTHONPATH=. python scripts/probe_eager_configs.py [fp8|fp8m|int4|int8] [M,M,...] [NxK ...]
 
 ``int8`` (int8-dynamic at M = 64-128): the Triton pointer GEMM with split-K 4, which round 20 put back at 4096²
 because the Gluon GEMM's split-K launches then cost the host too much eagerly, against that Gluon config.
@@ -26,6 +26,9 @@ from quantkit.kernels.plan import planned
 CONFIGS = {
     "fp8": (F, "fp8_block", [F._cublas(), F._gluon(128, 128, 8, 4, pdl=True, epi="tma"),
                              F._gluon(128, 128, 8, 4, pdl=True), F._gluon(128, 128, 8, 4, epi="tma")]),
+    # fp8-block at M <= 256 (round 31): the Gluon GEMM with 64-wide tiles, plain and with split-K 2 / 4
+    "fp8m": (F, "fp8_block", [F._gluon(128, 64, 8, 6, pdl=True), F._gluon(128, 64, 8, 6, pdl=True, split_k=2),
+                              F._gluon(128, 64, 8, 6, pdl=True, split_k=4)]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),

@@ -27,9 +27,17 @@ go through shared memory because loads into the consumers' registers a block or 
 the next block's wgmmas back by their latency (ptxas copies a loop-carried load register in the
 iteration that loads it): 15-30 % slower (notes/fp8_block.md, round 12).
 
+Split-K (``SPLIT_K`` > 1): the persistent loop walks (tile, split) pairs, split s taking K blocks
+[s·K_ITERS, (s + 1)·K_ITERS), and each pair's float32 sum goes unrounded, without bias, to the partials
+[SPLIT_K, M, N], which ``fp8_block._splitk_sum_kernel`` adds in split order (+ bias) and rounds. Why: at
+M ≤ 128 a 128-row tile is all of x, so 64-wide tiles give N / 64 programs, 64 on a 4096-wide layer: half
+the SMs idle while each program's K loop (its consumers' wgmma waits and promotions, its x tiles from L2)
+sets the time. Two splits put 128 programs on half as many blocks each.
+
 Numerics: those of ``fp8_block._gemm_tiled_kernel`` bit for bit: the same fp8 wgmma chain per K block
 (BLOCK_K = b), then ``fma(product, x_scale · w_scale, sum)``, K blocks in order, bias added to the
-float32 sum, one rounding to y's dtype.
+float32 sum, one rounding to y's dtype. With split-K each split's sum is that of the tiled kernel on its
+K range (float32 output), and the splits are added in order: another order of float32 roundings.
 
 Requirements (:func:`usable`): sm_90; codes with K a multiple of 16 and 16-byte-aligned rows; a
 contiguous weight; 32 ≤ b ≤ 128 and BLOCK_N dividing b (one weight scale per tile and K block).
@@ -43,23 +51,28 @@ from triton.experimental.gluon.language.nvidia.hopper import async_copy, mbarrie
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
-from quantkit.kernels.tiling import grouped_pid
+from quantkit.kernels.tiling import grouped_pid, split_plan
 from quantkit.kernels.i8_gemm_sm90 import _C_DTYPES, _store_rows, _store_tma
 from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _num_sms, _smem_layout
 from quantkit.reference.common import ceil_div
 
 
 @gluon.jit
-def _tile_offsets(tile, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
-    pid_m, pid_n = grouped_pid(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    return pid_m * BLOCK_M, pid_n * BLOCK_N
+def _work_item(w, M, N, num_k, K_ITERS, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr,
+               SPLIT_K: gl.constexpr):
+    """Work item w: (off_m, off_n, the split, its first K block, its K block count). The splits of a tile
+    are consecutive items, so they run side by side."""
+    split = w % SPLIT_K
+    pid_m, pid_n = grouped_pid(w // SPLIT_K, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    k0 = split * K_ITERS
+    return pid_m * BLOCK_M, pid_n * BLOCK_N, split, k0, gl.minimum(K_ITERS, num_k - k0)
 
 
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, empty, as_ptr, stride_asm, stride_ask,
-                    bs_ptr, stride_bsn, stride_bsk, M, N, num_k, num_tiles, GROUP_M: gl.constexpr,
-                    STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr):
-    """One warp: per K block of each of the program's tiles, its scales by cp.async and its operand
+                    bs_ptr, stride_bsn, stride_bsk, M, N, num_k, num_work, K_ITERS, GROUP_M: gl.constexpr,
+                    STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr, SPLIT_K: gl.constexpr):
+    """One warp: per K block of each of the program's work items, its scales by cp.async and its operand
     tiles by TMA into the next ring slot, once both consumers released that slot."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -69,13 +82,13 @@ def _load_partition(a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, emp
     if WAIT_PRIOR:
         _grid_wait()  # the activation codes and scales come from the grid before this one
     it = 0
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    for w in range(gl.program_id(0), num_work, gl.num_programs(0)):
+        off_m, off_n, split, k0, nk = _work_item(w, M, N, num_k, K_ITERS, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_K)
         offs_m = off_m + gl.arange(0, BLOCK_M, layout=row_layout)
         m_ok = offs_m < M
-        as_rows = as_ptr + offs_m * stride_asm
-        bs_col = bs_ptr + (off_n // BLOCK_K) * stride_bsn + offs_m * 0
-        for k in range(num_k):
+        as_rows = as_ptr + offs_m * stride_asm + k0 * stride_ask
+        bs_col = bs_ptr + (off_n // BLOCK_K) * stride_bsn + k0 * stride_bsk + offs_m * 0
+        for k in range(nk):
             s = it % STAGES
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)  # (a fresh barrier passes parity 1)
             # The scale copies' arrivals before the tiles': a phase must not complete on the tiles alone.
@@ -83,19 +96,21 @@ def _load_partition(a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, emp
             async_copy.async_copy_global_to_shared(ws_ring.index(s), bs_col + k * stride_bsk, mask=m_ok)
             async_copy.mbarrier_arrive(ready.index(s))  # (with its own count: the phase waits for them)
             mbarrier.expect(ready.index(s), nbytes)
-            tma.async_copy_global_to_shared(b_desc, [off_n, k * BLOCK_K], ready.index(s), b_ring.index(s))
-            tma.async_copy_global_to_shared(a_desc, [off_m, k * BLOCK_K], ready.index(s), a_ring.index(s))
+            tma.async_copy_global_to_shared(b_desc, [off_n, (k0 + k) * BLOCK_K], ready.index(s), b_ring.index(s))
+            tma.async_copy_global_to_shared(a_desc, [off_m, (k0 + k) * BLOCK_K], ready.index(s), a_ring.index(s))
             it += 1
 
 
 @gluon.jit
-def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_buf, M, N, stride_cm,
-                   num_k, num_tiles, ROW0: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
-                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, EPI_TMA: gl.constexpr):
-    """One warpgroup: rows ROW0 .. ROW0 + 63 of each of the program's tiles. Per K block: the block's
+def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_buf, part_ptr, M, N,
+                   stride_cm, num_k, num_work, K_ITERS, ROW0: gl.constexpr, HAS_BIAS: gl.constexpr,
+                   GROUP_M: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, EPI_TMA: gl.constexpr,
+                   SPLIT_K: gl.constexpr):
+    """One warpgroup: rows ROW0 .. ROW0 + 63 of each of the program's work items. Per K block: the block's
     wgmmas into a fresh product, wait for them, release the slot, fold the product into the float32
     sum with its scales; then the tile's epilogue while the load warp fills the ring for the next
-    (``EPI_TMA``: stored by TMA from ``c_buf`` while the next tile's K loop runs)."""
+    (``EPI_TMA``: stored by TMA from ``c_buf`` while the next tile's K loop runs; with split-K the float32
+    sum as it is, to the partials of its split)."""
     ROWS: gl.constexpr = 64
     STAGES: gl.constexpr = a_ring.shape[0]
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -104,10 +119,10 @@ def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_p
     zero = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
     p = zero
     it = 0
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        off_m, off_n = _tile_offsets(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    for w in range(gl.program_id(0), num_work, gl.num_programs(0)):
+        off_m, off_n, split, k0, nk = _work_item(w, M, N, num_k, K_ITERS, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_K)
         acc = zero
-        for k in range(num_k):
+        for k in range(nk):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             sc = xs_ring.index(s).slice(ROW0, ROWS).load(scale_layout) * \
@@ -120,23 +135,26 @@ def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_p
             acc = gl.fma(p, sc[:, None], acc)
             it += 1
 
-        # Bias on the float32 sum, one rounding, 16-byte stores or a TMA store.
-        if HAS_BIAS:
-            offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
-            acc = acc + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
-        if EPI_TMA:
-            _store_tma(acc, c_desc, c_buf, off_m + ROW0, off_n)
+        if SPLIT_K > 1:  # the sum unrounded, in rows (the split-K reduction adds the bias and rounds)
+            _store_rows(acc, part_ptr + split.to(gl.int64) * M * N, M, N, N, off_m + ROW0, off_n, 4)
         else:
-            _store_rows(acc, c_ptr, M, N, stride_cm, off_m + ROW0, off_n, 4)
+            # Bias on the float32 sum, one rounding, 16-byte stores or a TMA store.
+            if HAS_BIAS:
+                offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
+                acc = acc + gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)[None, :]
+            if EPI_TMA:
+                _store_tma(acc, c_desc, c_buf, off_m + ROW0, off_n)
+            else:
+                _store_rows(acc, c_ptr, M, N, stride_cm, off_m + ROW0, off_n, 4)
     if EPI_TMA:
         tma.store_wait(0)  # c_buf stays this program's until the copy engine has read it
 
 
 @gluon.jit
 def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stride_bsn, stride_bsk, bias_ptr, c_ptr,
-                    c_desc, M, N, K, stride_cm, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                    WAIT_PRIOR: gl.constexpr, CONSUMER_REGS: gl.constexpr, EPI_TMA: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    c_desc, part_ptr, M, N, K, stride_cm, K_ITERS, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
+                    STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                    EPI_TMA: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -152,7 +170,7 @@ def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stri
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # one arrival from each consumer warpgroup
     num_k = gl.cdiv(K, BLOCK_K)
-    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    num_work = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N) * SPLIT_K  # (tile, split) pairs
     # Default partition (4 warps): rows 0-63; workers: rows 64-127 (4 warps) and the loads (1 warp).
     # The consumers run unsynchronized, so one's scaling FMAs can overlap the other's wgmmas.
     ROW_LO: gl.constexpr = 0
@@ -165,13 +183,15 @@ def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stri
         c_lo = a_ring  # (unused)
         c_hi = a_ring
     gl.warp_specialize([
-        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_lo, M, N,
-                          stride_cm, num_k, num_tiles, ROW_LO, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N, EPI_TMA)),
-        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_hi, M, N,
-                          stride_cm, num_k, num_tiles, ROW_HI, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N, EPI_TMA)),
+        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_lo, part_ptr, M,
+                          N, stride_cm, num_k, num_work, K_ITERS, ROW_LO, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N,
+                          EPI_TMA, SPLIT_K)),
+        (_mma_partition, (a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_ptr, c_desc, c_hi, part_ptr, M,
+                          N, stride_cm, num_k, num_work, K_ITERS, ROW_HI, HAS_BIAS, GROUP_M, BLOCK_M, BLOCK_N,
+                          EPI_TMA, SPLIT_K)),
         (_load_partition, (a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, empty, as_ptr, stride_asm,
-                           stride_ask, bs_ptr, stride_bsn, stride_bsk, M, N, num_k, num_tiles, GROUP_M, STAGES,
-                           WAIT_PRIOR)),
+                           stride_ask, bs_ptr, stride_bsn, stride_bsk, M, N, num_k, num_work, K_ITERS, GROUP_M,
+                           STAGES, WAIT_PRIOR, SPLIT_K)),
     ], [4, 1], [CONSUMER_REGS, 40])
 
 
@@ -190,18 +210,26 @@ def usable(x_q: torch.Tensor, weight_q: torch.Tensor, block_size: int, block_n: 
 
 
 def launch(x_q, x_scale, stride_xsm, stride_xsk, weight_q, weight_scale, bias, out, block_size: int, cfg: dict,
-           pdl: bool = False) -> None:
+           pdl: bool = False, partials: torch.Tensor | None = None) -> None:
     """``out`` = the block-scaled product (module docstring) for codes ``x_q`` [M, K] and float32 scales
     at ``x_scale[m * stride_xsm + kb * stride_xsk]``. ``pdl``: launched as a programmatic dependent of
-    the quantization grid just launched."""
+    the quantization grid just launched. ``partials``: with ``cfg["SPLIT_K"]`` > 1, the float32
+    [splits, M, N] (contiguous; ``tiling.split_plan``'s count) that get each split's sums instead of ``out``,
+    which is then not written (the caller adds them: ``fp8_block._splitk_sum_kernel``)."""
     M, K = x_q.shape
     N = weight_q.shape[0]
     bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
+    k_iters, splits = split_plan(K, block_size, int(cfg.get("SPLIT_K", 1)))
+    if splits > 1 and (partials is None or partials.dtype != torch.float32 or not partials.is_contiguous()
+                       or tuple(partials.shape) != (splits, M, N)):
+        raise ValueError(f"f8_gemm_sm90.launch: split-K {splits} needs contiguous float32 partials of shape "
+                         f"{(splits, M, N)}, got "
+                         f"{None if partials is None else (partials.dtype, tuple(partials.shape))}")
     fp8 = gl.float8e4nv
     a_desc = TensorDescriptor(x_q, [M, K], [x_q.stride(0), 1], [bm, block_size], _smem_layout(bm, block_size, fp8))
     b_desc = TensorDescriptor(weight_q, [N, K], [K, 1], [bn, block_size], _smem_layout(bn, block_size, fp8))
-    elt = out.element_size()
-    epi_tma = (cfg.get("EPI") == "tma" and out.stride(1) == 1 and (out.stride(0) * elt) % 16 == 0
+    elt = 4 if splits > 1 else out.element_size()
+    epi_tma = (splits == 1 and cfg.get("EPI") == "tma" and out.stride(1) == 1 and (out.stride(0) * elt) % 16 == 0
                and out.data_ptr() % 16 == 0)
     if epi_tma:
         c_layout = _smem_layout(64, bn, _C_DTYPES[out.dtype])
@@ -216,9 +244,9 @@ def launch(x_q, x_scale, stride_xsm, stride_xsk, weight_q, weight_scale, bias, o
     opts = dict(num_warps=4)
     if pdl:
         opts["launch_pdl"] = True
-    tiles = ceil_div(M, bm) * ceil_div(N, bn)
-    _f8_gemm_fast[(min(tiles, _num_sms(x_q.device.index or 0)),)](
+    work = ceil_div(M, bm) * ceil_div(N, bn) * splits
+    _f8_gemm_fast[(min(work, _num_sms(x_q.device.index or 0)),)](
         a_desc, b_desc, x_scale, stride_xsm, stride_xsk, weight_scale, weight_scale.stride(0), weight_scale.stride(1),
-        bias if bias is not None else weight_scale, out, c_desc, M, N, K, out.stride(0), HAS_BIAS=bias is not None,
-        GROUP_M=int(cfg["GROUP_M"]), STAGES=stages, WAIT_PRIOR=pdl, CONSUMER_REGS=CONSUMER_REGS, EPI_TMA=epi_tma,
-        **opts)
+        bias if bias is not None else weight_scale, out, c_desc, partials if splits > 1 else weight_scale, M, N, K,
+        out.stride(0), k_iters, HAS_BIAS=bias is not None and splits == 1, GROUP_M=int(cfg["GROUP_M"]), STAGES=stages,
+        WAIT_PRIOR=pdl, CONSUMER_REGS=CONSUMER_REGS, EPI_TMA=epi_tma, SPLIT_K=splits, **opts)

@@ -89,7 +89,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from quantkit.kernels.configs import check_keys, is_pow2, key_sets
 from quantkit.kernels.launch import cached
 from quantkit.kernels.workspace import out_with_workspace
-from quantkit.kernels.tiling import grouped_pid
+from quantkit.kernels.tiling import grouped_pid, split_plan
 from quantkit.reference.common import AMAX_EPS, ceil_div
 
 MIN_CAPABILITY = (8, 9)  # e4m3 conversions and fp8 MMA need Ada or Hopper
@@ -704,7 +704,7 @@ _CONFIG_KEYS = {
     "decode": ("MT", "WK", "WM", "DK", "SUB", "BM", "PDL", "fuse_act_quant"),
 }
 _OPTIONAL_KEYS = {"gemv": (), "swap": ("PDL", "SPLIT_K"), "stream": (), "tiled": ("EPI",), "cublas": (),
-                  "gluon": ("PDL", "EPI"), "decode": ("DIAG", "DG", "TILED", "XPF")}
+                  "gluon": ("PDL", "EPI", "SPLIT_K"), "decode": ("DIAG", "DG", "TILED", "XPF")}
 _KINDS = key_sets(_CONFIG_KEYS, _OPTIONAL_KEYS)
 
 
@@ -738,20 +738,23 @@ def _tiled(bm, bn, warps, stages, tma, group_m=8) -> dict:
             "fuse_act_quant": False, "num_warps": warps, "num_stages": stages}
 
 
-def _gluon(bm, bn, warps, stages, group_m=8, pdl=False, epi="rows") -> dict:
+def _gluon(bm, bn, warps, stages, group_m=8, pdl=False, epi="rows", split_k=1) -> dict:
     """Large M, sm_90: the activation quantization kernel, then the Gluon GEMM of
     :mod:`quantkit.kernels.f8_gemm_sm90` (a load warp, two consumer warpgroups that scale their products
     while the other's wgmmas run, persistent; ``pdl``: launched as a programmatic dependent of the
     quantization; ``epi="tma"``: the output tiles leave by TMA stores that overlap the next tile's K
-    loop).
+    loop; ``split_k`` > 1: each tile's K blocks split over that many work items, float32 partials behind
+    the output, summed with the bias by a second kernel — more programs where tiles are fewer than SMs).
     Where it cannot run (another GPU, K not a multiple of 16, b outside 32–128) the Triton TMA GEMM
-    of the same tile runs."""
+    of the same tile runs, without split-K."""
     cfg = {"kernel": "gluon", "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m, "fuse_act_quant": False,
            "num_warps": warps, "num_stages": stages}
     if pdl:
         cfg["PDL"] = True
     if epi != "rows":
         cfg["EPI"] = epi
+    if split_k > 1:
+        cfg["SPLIT_K"] = split_k
     return cfg
 
 
@@ -804,9 +807,10 @@ def _check_config(config: dict, block_size: int) -> None:
             raise ValueError(f"the decode kernel reads quantized activations (fuse_act_quant=False): {config!r}")
         return
     split = config.get("SPLIT_K", 1)
-    if not (is_pow2(split) and split <= 16) or (split > 1 and (kind != "swap" or config["fuse_act_quant"])):
-        raise ValueError(f"SPLIT_K must be a power of two <= 16, and > 1 only for the swap kernel on quantized "
-                         f"x (fuse_act_quant=False): {config!r}")
+    if not (is_pow2(split) and split <= 16) or (split > 1 and (kind not in ("swap", "gluon")
+                                                               or config["fuse_act_quant"])):
+        raise ValueError(f"SPLIT_K must be a power of two <= 16, and > 1 only for the swap and gluon kernels on "
+                         f"quantized x (fuse_act_quant=False): {config!r}")
     stages = config["num_stages"]
     if not is_pow2(config["num_warps"]) or not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"fp8_block config needs num_warps a power of two and num_stages ≥ 1: {config!r}")
@@ -907,7 +911,9 @@ _DECODE_4 = [_swap(64, 16, 2, 4, 4, True), _decode(1, 4, dk=128), _decode(2, 2, 
 # (round 7's one-group split-K 4 candidate never won a cell: its place went to the PDL variants)
 # The Gluon GEMM with 64-wide tiles and PDL: 18.8 against the split-K swap kernel's 20.6 µs at 4096², M = 128
 # in a wider probe (notes/fp8_block.md, round 13).
-_MID = [_swap(64, 64, 2, 4, 3, False), _swap(64, 64, 2, 4, 3, False, split_k=2),
+# Split-K 2 on it (round 31): at M <= 128 its 64-wide tiles are N / 64 programs, 64 on 4096-wide layers. It took
+# the place of the swap kernel without PDL or split-K (in no table; the PDL variant runs as it where PDL cannot).
+_MID = [_gluon(128, 64, 8, 6, pdl=True, split_k=2), _swap(64, 64, 2, 4, 3, False, split_k=2),
         _swap(64, 64, 2, 4, 3, False, split_k=4), _tiled(64, 128, 4, 4, False),
         _swap(64, 64, 2, 4, 3, False, pdl=True), _swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True),
         _gluon(128, 64, 8, 6, pdl=True)]
@@ -956,9 +962,11 @@ def make_bench_inputs(N: int, K: int, dtype=torch.bfloat16) -> tuple:
 
 
 # ---------------------------------------------------------------------------- GEMM launchers
-def _swap_split(config: dict, k: int, block_size: int, fuse: bool) -> int:
-    """How many K splits the ``swap`` GEMM runs ``config`` with (1 for every other kernel, and when
-    the activation is quantized in the kernel): float32 [split, M, N] partials where > 1."""
+def _split_count(config: dict, k: int, block_size: int, fuse: bool) -> int:
+    """How many K splits the ``swap`` or ``gluon`` GEMM runs ``config`` with (1 for every other kernel,
+    and when the activation is quantized in the kernel): float32 [split, M, N] partials where > 1."""
+    if config["kernel"] == "gluon" and not fuse:  # (whole blocks a split, the last may be shorter)
+        return split_plan(k, block_size, int(config.get("SPLIT_K", 1)))[1]
     if config["kernel"] != "swap" or fuse:
         return 1
     steps = ceil_div(k, block_size * config["GROUPS"])
@@ -971,7 +979,7 @@ def _swap_split(config: dict, k: int, block_size: int, fuse: bool) -> int:
 def _out_and_partials(m: int, n: int, dtype, device, config: dict, k: int, block_size: int, ws_bytes: int = 0):
     """(y, workspace of ``ws_bytes`` uint8, float32 [split, m, n] split-K partials or None) from one
     allocation, y's: the partials follow the workspace in y's block."""
-    split = _swap_split(config, k, block_size, False)
+    split = _split_count(config, k, block_size, False)
     part_bytes = 4 * split * m * n if split > 1 else 0
     head = ceil_div(ws_bytes, 16) * 16
     y, ws = out_with_workspace(m, n, dtype, device, head + part_bytes)
@@ -1008,7 +1016,7 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         if partials is not None:  # carved by the caller for this config's split (_out_and_partials)
             split, out = partials.shape[0], partials
         else:
-            split = _swap_split(config, k, block_size, fuse)
+            split = _split_count(config, k, block_size, fuse)
             out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=y.device)
         k_steps = ceil_div(k, block_size * groups) // split
         kwargs = dict(SPLIT_K=split, k_span=_loop_bound(k_steps * block_size * groups)) if split > 1 else {}
@@ -1044,8 +1052,15 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
         from quantkit.kernels import f8_gemm_sm90
 
         if f8_gemm_sm90.usable(x, weight_q, block_size, config["BLOCK_N"]):
+            split = _split_count(config, k, block_size, False)
+            if split > 1 and partials is None:
+                partials = torch.empty(split, m, n, dtype=torch.float32, device=y.device)
             f8_gemm_sm90.launch(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, block_size, config,
-                                pdl=pdl)
+                                pdl=pdl, partials=partials if split > 1 else None)
+            if split > 1:  # (a programmatic dependent of the GEMM where that was one of the quantization)
+                _splitk_sum_fast[(ceil_div(m, 32), ceil_div(n, 128))](
+                    partials, bias_arg, y, m, n, y.stride(0), SPLIT=split, HAS_BIAS=has_bias, BLOCK_M=32,
+                    BLOCK_N=128, num_warps=4, **(dict(WAIT_PRIOR=True, launch_pdl=True) if pdl else {}))
             return y
         # (at most ~160 KB of operand ring: a 256-deep block doubles a stage)
         bm, bn = config["BLOCK_M"], config["BLOCK_N"]

@@ -47,7 +47,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from quantkit.kernels.launch import cached
-from quantkit.kernels.tiling import grouped_pid
+from quantkit.kernels.tiling import grouped_pid, split_plan
 # griddepcontrol.wait (PDL), the sm_90 check, the SM count and the NVMMA tile layouts, as the weight-only
 # GEMM has them
 from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _num_sms, _smem_layout
@@ -295,14 +295,6 @@ def usable(a: torch.Tensor, stride_a: int, K: int, weight_q: torch.Tensor) -> bo
     workspace) and the weight [N, K]."""
     return (a.is_cuda and _is_sm90(a.device.index or 0) and K % 16 == 0 and stride_a % 16 == 0
             and a.data_ptr() % 16 == 0 and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
-
-
-def split_plan(K: int, block_k: int, split: int) -> tuple[int, int]:
-    """(K steps a split, number of splits) for a requested ``split``: equal ranges of steps, and no split
-    without one (so the count can be below the request)."""
-    num_k = ceil_div(K, block_k)
-    k_iters = ceil_div(num_k, max(1, min(split, num_k)))
-    return k_iters, ceil_div(num_k, k_iters)
 
 
 def launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out, M, N, K, cfg: dict,

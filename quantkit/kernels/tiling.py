@@ -2,6 +2,16 @@
 import triton
 import triton.language as tl
 
+from quantkit.reference.common import ceil_div
+
+
+def split_plan(K: int, block_k: int, split: int) -> tuple[int, int]:
+    """(K steps a split, number of splits) for a requested split-K ``split``: equal ranges of whole
+    ``block_k`` steps (the last may be shorter), none empty, so the count can be below the request."""
+    num_k = ceil_div(K, block_k)
+    k_iters = ceil_div(num_k, max(1, min(split, num_k)))
+    return k_iters, ceil_div(num_k, k_iters)
+
 
 @triton.jit
 def grouped_pid(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):

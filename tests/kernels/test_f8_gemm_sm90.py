@@ -45,12 +45,13 @@ def _compile(cfg, out_dtype="bf16", bias=False):
     sig = dict(a_desc=f"tensordesc<fp8e4nv[{bm}, {bk}],{g._smem_layout(bm, bk, fp8)}>",
                b_desc=f"tensordesc<fp8e4nv[{bn}, {bk}],{g._smem_layout(bn, bk, fp8)}>", as_ptr="*fp32",
                stride_asm="i32", stride_ask="i32", bs_ptr="*fp32", stride_bsn="i32", stride_bsk="i32",
-               bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", M="i32", N="i32", K="i32", stride_cm="i32")
+               bias_ptr=f"*{out_dtype}", c_ptr=f"*{out_dtype}", part_ptr="*fp32", M="i32", N="i32", K="i32",
+               stride_cm="i32", K_ITERS="i32")
     epi_tma = cfg.get("EPI") == "tma"
     c_gl = {"bf16": g.gl.bfloat16, "fp16": g.gl.float16, "fp32": g.gl.float32}[out_dtype]
     sig["c_desc"] = f"tensordesc<{out_dtype}[64, {bn}],{g._smem_layout(64, bn, c_gl)}>" if epi_tma else sig["a_desc"]
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=bool(cfg.get("PDL")),
-                  CONSUMER_REGS=g.CONSUMER_REGS, EPI_TMA=epi_tma, num_warps=4)
+                  CONSUMER_REGS=g.CONSUMER_REGS, EPI_TMA=epi_tma, SPLIT_K=cfg.get("SPLIT_K", 1), num_warps=4)
     sig.update({k: "constexpr" for k in consts})
     sig = {name: sig[name] for name in g._f8_gemm_kernel.arg_names if name in sig}  # (in the kernel's argument order)
     return triton.compile(GluonASTSource(g._f8_gemm_kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
@@ -161,3 +162,66 @@ def test_pdl_and_cuda_graph_gpu():
                            fk.linear(x, weight_q, weight_scale, bias, config=TILED))
         assert_graph_replays_like(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=gluon), x.clone(),
                                   lambda t: fk.linear(t, weight_q, weight_scale, bias, config=TILED))
+
+
+def _split_k_by_parts(x_q, x_s, weight_q, weight_scale, bias, out_dtype, split):
+    """What split-K must give, built from the tiled kernel: each split's K range multiplied on its own
+    (float32 output: the unrounded sum), the splits added in order, then the bias, one rounding."""
+    from quantkit.kernels.tiling import split_plan
+
+    k_iters, splits = split_plan(x_q.shape[1], 128, split)
+    acc = None
+    for s in range(splits):
+        lo, hi = s * k_iters, min((s + 1) * k_iters, x_s.shape[1])  # K blocks of this split
+        part = fk.gemm(x_q[:, lo * 128:hi * 128].contiguous(), x_s[:, lo:hi].contiguous(),
+                       weight_q[:, lo * 128:hi * 128].contiguous(), weight_scale[:, lo:hi].contiguous(), None,
+                       torch.float32, config=TILED)
+        acc = part if acc is None else acc + part
+    if bias is not None:
+        acc = acc + bias.float()
+    return acc.to(out_dtype), splits
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mnk", [(128, 4096, 4096), (77, 384, 256), (1000, 4000, 4224), (333, 4096, 4000),
+                                 (300, 1001, 512), (128, 4096, 14336)])
+def test_split_k_is_the_tiled_gemm_on_each_range_added_in_order_gpu(out_dtype, mnk):
+    """Split-K 2 and 4 (4224 = 33 blocks: splits of 17 + 16 and 9 + 9 + 9 + 6; K = 256: two splits of one
+    block either way; K = 4000: a last block of 32 columns), through ``gemm`` and ``linear``, with and
+    without a bias and PDL: bit for bit the per-range sums added in split order."""
+    m, n, k = mnk
+    torch.manual_seed(m + n + k + 1)
+    x, _, weight_q, weight_scale, bias = make_problem(m, n, k, out_dtype, True, "cuda")
+    x_q, x_s = fk.quantize_act(x)
+    for split in (2, 4):
+        for pdl in (False, True):
+            cfg = fk._gluon(128, 64, 8, 6, pdl=pdl, split_k=split)
+            for b in (None, bias):
+                want, splits = _split_k_by_parts(x_q, x_s, weight_q, weight_scale, b, out_dtype, split)
+                assert splits > 1
+                y = fk.gemm(x_q, x_s, weight_q, weight_scale, b, out_dtype, config=cfg)
+                assert torch.equal(y, want), f"gemm {mnk} split {split} pdl={pdl} bias={b is not None}"
+            y = fk.linear(x, weight_q, weight_scale, bias, config=cfg)  # (x's own codes: those of quantize_act)
+            assert torch.equal(y, want), f"linear {mnk} split {split} pdl={pdl}"
+    if out_dtype != torch.float32:
+        check_linear(x, weight_q, weight_scale, bias, f"split-K {mnk} {out_dtype}",
+                     config=fk._gluon(128, 64, 8, 6, pdl=True, split_k=2))
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_split_k_in_a_cuda_graph_and_a_launch_plan_gpu():
+    """Quantization, split GEMM and reduction chained by PDL: replayed from a CUDA graph and from a
+    launch plan, the same outputs as the call."""
+    from quantkit.kernels.plan import planned
+
+    x, _, weight_q, weight_scale, bias = make_problem(128, 4096, 4096, torch.bfloat16, True, "cuda")
+    cfg = fk._gluon(128, 64, 8, 6, pdl=True, split_k=2)
+    want = fk.linear(x, weight_q, weight_scale, bias, config=cfg)
+    assert_graph_replays_like(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=cfg), x.clone(),
+                              lambda t: fk.linear(t, weight_q, weight_scale, bias, config=cfg))
+    run = planned(lambda t: fk.linear(t, weight_q, weight_scale, bias, config=cfg))
+    for _ in range(3):
+        assert torch.equal(run(x), want)

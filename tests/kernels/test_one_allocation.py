@@ -114,7 +114,7 @@ def test_int4_split_k_partials_live_behind_the_output(kernel_device, one_allocat
 def test_fp8_swap_split_k_partials_live_behind_the_output(kernel_device, one_allocation, split):
     x, _, weight_q, weight_scale, b = tf8.make_problem(33, 70, 1024, torch.bfloat16, True, kernel_device)
     cfg = fk._swap(32, 16, 1, 4, 2, False, split_k=split)
-    assert fk._swap_split(cfg, 1024, 128, False) == split
+    assert fk._split_count(cfg, 1024, 128, False) == split
     y, _ = one_allocation(lambda: fk.linear(x, weight_q, weight_scale, b, config=cfg), f"fp8 split {split}")
     tf8.check_linear(x, weight_q, weight_scale, b, f"fp8 split {split}", config=cfg)
     assert torch.equal(y, fk.linear(x, weight_q, weight_scale, b, config=cfg))
@@ -155,3 +155,14 @@ def test_fp8_cublas_writes_into_the_output_block_gpu(one_allocation):
             assert torch.equal(layer(x2, weight_q, weight_scale, b),
                                fk.linear(x2, weight_q, weight_scale, b, config=fk._cublas()))
         assert any(type(p) is plan_mod.Plan for p in layer.plans.values()), layer.plans
+
+
+@pytest.mark.gpu
+def test_fp8_gluon_split_k_partials_live_behind_the_output_gpu(one_allocation):
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon GEMM needs an sm_90 GPU")
+    x, _, weight_q, weight_scale, b = tf8.make_problem(128, 4096, 4096, torch.bfloat16, True, "cuda")
+    cfg = fk._gluon(128, 64, 8, 6, pdl=True, split_k=2)
+    y, block = one_allocation(lambda: fk.linear(x, weight_q, weight_scale, b, config=cfg), "fp8 gluon split 2")
+    assert block.numel() * block.element_size() >= y.numel() * 2 + 4 * 2 * 128 * 4096
+    assert torch.equal(y, fk.linear(x, weight_q, weight_scale, b, config=cfg))
