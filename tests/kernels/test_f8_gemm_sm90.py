@@ -96,6 +96,15 @@ def test_gluon_config_checks():
     with pytest.raises(ValueError, match="EPI"):
         fk._check_config(dict(fk._tiled(128, 128, 8, 4, True), EPI="tma"), 128)
     assert fk._fit_block(fk._gluon(128, 128, 8, 4), 64)["BLOCK_N"] == 64
+    fk._check_config(fk._gluon(128, 64, 8, 6, pdl=True, split_k=2), 128)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        fk._check_config(fk._gluon(128, 64, 8, 6, split_k=3), 128)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        fk._check_config(dict(fk._tiled(128, 128, 8, 4, True), SPLIT_K=2), 128)
+    # whole 128-deep blocks a split, none empty: K = 4224 is 33 blocks
+    assert fk._split_count(fk._gluon(128, 64, 8, 6, split_k=4), 4224, 128, False) == 4
+    assert fk._split_count(fk._gluon(128, 64, 8, 6, split_k=4), 256, 128, False) == 2
+    assert fk._split_count(fk._gluon(128, 64, 8, 6), 4224, 128, False) == 1
 
 
 def test_gluon_config_runs_the_tiled_kernel_on_the_cpu(kernel_device):
@@ -104,6 +113,9 @@ def test_gluon_config_runs_the_tiled_kernel_on_the_cpu(kernel_device):
         pytest.skip("the CPU path")
     x, _, weight_q, weight_scale, b = make_problem(40, 96, 256, torch.bfloat16, True, "cpu")
     check_linear(x, weight_q, weight_scale, b, "gluon config on the CPU", config=fk._gluon(128, 128, 8, 4))
+    # (split-K too: the tiled kernel runs unsplit, the partials carved behind the output go unused)
+    check_linear(x, weight_q, weight_scale, b, "gluon split-K config on the CPU",
+                 config=fk._gluon(128, 64, 8, 6, pdl=True, split_k=2))
 
 
 # --------------------------------------------------------------------------- GPU
