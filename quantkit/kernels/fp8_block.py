@@ -976,6 +976,15 @@ def _split_count(config: dict, k: int, block_size: int, fuse: bool) -> int:
     return split
 
 
+def _splitk_sum(partials: torch.Tensor, bias, y: torch.Tensor, pdl: bool) -> None:
+    """y = the float32 split-K partials [split, M, N] added in split order (+ bias), in y's dtype; ``pdl``: a
+    programmatic dependent of the GEMM just launched (itself one of the quantization)."""
+    split, m, n = partials.shape
+    _splitk_sum_fast[(ceil_div(m, 32), ceil_div(n, 128))](
+        partials, bias if bias is not None else y, y, m, n, y.stride(0), SPLIT=split, HAS_BIAS=bias is not None,
+        BLOCK_M=32, BLOCK_N=128, num_warps=4, **(dict(WAIT_PRIOR=True, launch_pdl=True) if pdl else {}))
+
+
 def _out_and_partials(m: int, n: int, dtype, device, config: dict, k: int, block_size: int, ws_bytes: int = 0):
     """(y, workspace of ``ws_bytes`` uint8, float32 [split, m, n] split-K partials or None) from one
     allocation, y's: the partials follow the workspace in y's block."""
@@ -1031,9 +1040,7 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
             W_EVICT="evict_first" if m <= bx and x.is_cuda else "",
             num_warps=config["num_warps"], num_stages=config["num_stages"], **kwargs)
         if split > 1:
-            _splitk_sum_fast[(ceil_div(m, 32), ceil_div(n, 128))](
-                out, bias_arg, y, m, n, y.stride(0), SPLIT=split, HAS_BIAS=has_bias, BLOCK_M=32, BLOCK_N=128,
-                num_warps=4, **(dict(WAIT_PRIOR=True, launch_pdl=True) if pdl else {}))
+            _splitk_sum(out, bias, y, pdl)
         return y
     if config["kernel"] == "stream":
         bw = config["BLOCK_W"]
@@ -1057,10 +1064,8 @@ def _run_gemm(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, bl
                 partials = torch.empty(split, m, n, dtype=torch.float32, device=y.device)
             f8_gemm_sm90.launch(x, xs, stride_xsm, stride_xsk, weight_q, weight_scale, bias, y, block_size, config,
                                 pdl=pdl, partials=partials if split > 1 else None)
-            if split > 1:  # (a programmatic dependent of the GEMM where that was one of the quantization)
-                _splitk_sum_fast[(ceil_div(m, 32), ceil_div(n, 128))](
-                    partials, bias_arg, y, m, n, y.stride(0), SPLIT=split, HAS_BIAS=has_bias, BLOCK_M=32,
-                    BLOCK_N=128, num_warps=4, **(dict(WAIT_PRIOR=True, launch_pdl=True) if pdl else {}))
+            if split > 1:
+                _splitk_sum(partials, bias, y, pdl)
             return y
         # (at most ~160 KB of operand ring: a 256-deep block doubles a stage)
         bm, bn = config["BLOCK_M"], config["BLOCK_N"]
