@@ -6,7 +6,7 @@ what it wins on the GPU. For each config: the tuned-config memo is pointed at it
 ``linear`` runs it (first call, recorded call, replays), then eager ``do_bench`` (warmup 25, rep 100, as
 ``bench layers``), the CUDA-graph GPU time and the host µs per call; two rounds in alternating order.
 
-    PYTHONPATH=. python scripts/probe_eager_configs.py [fp8|fp8m|int4|int8] [M,M,...] [NxK ...]
+    PYTHONPATH=. python scripts/probe_eager_configs.py [fp8|fp8m|fp8d|int4|int8|int8d] [M,M,...] [NxK ...]
 
 ``int8`` (int8-dynamic at M = 64-128): the Triton pointer GEMM with split-K 4, which round 20 put back at 4096²
 because the Gluon GEMM's split-K launches then cost the host too much eagerly, against that Gluon config.
@@ -29,11 +29,22 @@ CONFIGS = {
     # fp8-block at M <= 256 (round 31): the Gluon GEMM with 64-wide tiles, plain and with split-K 2 / 4
     "fp8m": (F, "fp8_block", [F._gluon(128, 64, 8, 6, pdl=True), F._gluon(128, 64, 8, 6, pdl=True, split_k=2),
                               F._gluon(128, 64, 8, 6, pdl=True, split_k=4)]),
+    # M = 17-64 (round 32): the table's entry ("shipped", None) against the decode kernel with 2-4 x tiles of 16
+    # rows a weight tile (or 3-8 of 8): the M = 16 entries' programs
+    "fp8d": (F, "fp8_block", [None, F._decode(1, 4, dk=128, sub=2, xpf=False), F._decode(2, 2, wm=2, dk=128, xpf=False),
+                              F._decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]),
+    "int8d": (I, "int8_dynamic", [None, I._decode(1, 4, dk=128), I._decode(2, 2, dk=128),
+                                  I._decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
                                  I._two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)]),
 }
+
+
+def mod_config(mod, family, m, n, k):
+    """The config the layer picked for this problem (the memo's entry after a call)."""
+    return tuning._MEMO.get((family, tuning.m_bucket(m), n, k))
 
 
 ROUNDS = int(__import__("os").environ.get("PROBE_ROUNDS", "2"))  # alternating order
@@ -55,7 +66,10 @@ def main():
             print(f"{fam} {n}x{k} M={m}: bf16 eager {bf16:.1f} us", flush=True)
             for rnd in range(ROUNDS):
                 for cfg in (configs if rnd % 2 == 0 else configs[::-1]):
-                    tuning._MEMO[(family, tuning.m_bucket(m), n, k)] = cfg
+                    if cfg is None:  # the shipped table's pick
+                        tuning._MEMO.pop((family, tuning.m_bucket(m), n, k), None)
+                    else:
+                        tuning._MEMO[(family, tuning.m_bucket(m), n, k)] = cfg
                     fn = planned(mod.linear)
                     for _ in range(3):
                         fn(x, *args)
@@ -66,7 +80,9 @@ def main():
                     graph = tuning.gpu_time_ms(lambda: fn(x, *args), 25, 100) * 1e3
                     host = host_us_per_call(lambda: fn(x, *args))
                     print(f"  round {rnd}: eager {eager:7.1f} us ({bf16 / eager:.2f}x)  graph {graph:7.1f} us "
-                          f"({bf16 / graph:.2f}x)  host {host:6.1f} us  plans {sorted(kinds)}  {cfg}", flush=True)
+                          f"({bf16 / graph:.2f}x)  host {host:6.1f} us  plans {sorted(kinds)}  "
+                          f"{cfg if cfg is not None else 'shipped ' + str(mod_config(mod, family, m, n, k))}",
+                          flush=True)
             tuning._MEMO.pop((family, tuning.m_bucket(m), n, k), None)
             del x
         del args, w

@@ -1,4 +1,5 @@
-"""Decode (M <= 16) for the recipes that quantize activations, on the tensor cores, written in Gluon:
+"""Decode sizes (M <= 16, and up to MAX_M = 64 in x tiles of 16) for the recipes that quantize activations,
+on the tensor cores, written in Gluon:
 8-bit x codes times 8-bit weight codes with ``mma.sync`` m16n8k32, for int8 dynamic (s8 × s8 -> s32,
 one scale per token and per output channel) and fp8 block-wise (e4m3 × e4m3 -> f32, one scale per
 1×G x group and per G×G weight block).
@@ -311,20 +312,26 @@ def rows_per_program(cfg: dict) -> int:
     return 16 * int(cfg["MT"]) * int(cfg["WM"])
 
 
+# The most x rows the families run this kernel for: ceil(M / BM) programs share each weight tile (launched side
+# by side, so the weight comes from HBM once and from L2 for the others). Batched decoding at 17-64 tokens then
+# streams the weight as M = 16 does, where the GEMMs' 64-128-row tiles are mostly padding.
+MAX_M = 64
+
+
 def usable(x: torch.Tensor, weight_q: torch.Tensor, cfg: dict, group: int | None = None) -> bool:
-    """Whether the kernel takes an [M <= 16, K] problem on x's device with ``cfg`` (``group``: fp8's
+    """Whether the kernel takes an [M <= MAX_M, K] problem on x's device with ``cfg`` (``group``: fp8's
     scale block G, None for int8)."""
     K = x.shape[1]
     dk = int(cfg["DK"])
     if group is not None and (group % dk or rows_per_program(cfg) > group):
         return False
-    return (x.is_cuda and _is_sm90(x.device.index or 0) and x.shape[0] <= 16 and K >= dk and K % dk == 0
+    return (x.is_cuda and _is_sm90(x.device.index or 0) and x.shape[0] <= MAX_M and K >= dk and K % dk == 0
             and weight_q.is_contiguous() and weight_q.data_ptr() % 16 == 0)
 
 
 def launch(x_q, x_scale, stride_xsm, stride_xsg, weight_q, weight_scale, bias, out, cfg: dict, *,
            fp8: bool, group: int = 1, pdl: bool = False) -> None:
-    """``out = x_q · weight_q^T`` scaled (module docstring) for M <= 16. ``x_q`` [M, K] codes with a row
+    """``out = x_q · weight_q^T`` scaled (module docstring) for M <= MAX_M. ``x_q`` [M, K] codes with a row
     stride that is a multiple of 16; fp8: ``weight_scale`` [ceil(N / G), K / G] and x scales at
     ``x_scale[m·stride_xsm + g·stride_xsg]``; int8: ``weight_scale`` [N], x scales at
     ``x_scale[m·stride_xsm]``. ``pdl``: launched as a programmatic dependent of the previous grid on

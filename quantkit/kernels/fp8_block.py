@@ -51,11 +51,11 @@ Kernels
                             refuses a problem (M not a multiple of 4, a float32 output with a bias)
                             our GEMM runs; ``QUANTKIT_FP8_CUBLAS=0`` keeps every GEMM our own.
 
-  * ``decode`` config (M ≤ 16, sm_90): ``_act_quant_kernel`` writes the codes and K-major scales once,
-                            then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90` multiplies
-                            them with the weight (``mma.sync`` e4m3, the loaded bytes are the
-                            fragments, one scale product per K chunk), launched as a programmatic
-                            dependent of the quantization so that its first weight loads overlap it.
+  * ``decode`` config (M ≤ 16, to 64 where a table picks it; sm_90): ``_act_quant_kernel`` writes the codes and
+                            K-major scales once, then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90`
+                            multiplies them with the weight (``mma.sync`` e4m3, the loaded bytes are the fragments,
+                            one scale product per K chunk), launched as a programmatic dependent of the quantization
+                            so that its first weight loads overlap it.
 
 Per call: one allocation, the output's. The separate-quantization path (``fuse_act_quant`` false, only
 for M > 16) keeps the e4m3 codes and K-major scales of x behind the output, in its allocation, as the
@@ -768,12 +768,12 @@ def _cublas() -> dict:
 
 
 def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False, xpf=True) -> dict:
-    """M ≤ 16, sm_90: the activation quantization kernel writes the codes once, then the Gluon decode
-    kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps,
-    DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
-    programmatic dependent of the quantization). Both in one allocation with the output. Where it
-    cannot run (another GPU, K not a multiple of DK, b < DK or < the program's rows), the fused default
-    for the problem runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
+    """M ≤ 64 (ceil(M / BM) programs a weight tile), sm_90: the activation quantization kernel writes the codes
+    once, then the Gluon decode kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program,
+    WK·WM warps, DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
+    programmatic dependent of the quantization). Both in one allocation with the output. Where it cannot run
+    (another GPU, K not a multiple of DK, b < DK or < the program's rows), the fused default for the problem runs.
+    ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
     (:mod:`quantkit.kernels.aq_decode_sm90`); ``xpf``: the x codes loaded a trip ahead (else at use)."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl,
            "fuse_act_quant": False}
@@ -1126,7 +1126,7 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     if config["kernel"] == "decode":
         from quantkit.kernels import aq_decode_sm90
 
-        if m <= 16 and x_q.stride(0) % 16 == 0 and x_q.data_ptr() % 16 == 0 \
+        if x_q.stride(0) % 16 == 0 and x_q.data_ptr() % 16 == 0 \
                 and aq_decode_sm90.usable(x_q, weight_q, config, block_size):
             y = torch.empty(m, n, dtype=out_dtype, device=x_q.device)
             aq_decode_sm90.launch(x_q, x_scale, x_scale.stride(0), x_scale.stride(1), weight_q, weight_scale, bias,
@@ -1144,7 +1144,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
            block_size: int = 128, scale_fmt: str | None = None, *, config: dict | None = None) -> torch.Tensor:
     """The Fp8BlockLinear forward on x [M, K]: quantize x per 1×b group, block-scaled GEMM, bias; y in x.dtype.
 
-    Fused configs are one launch that allocates only y; ``decode`` configs (M ≤ 16, sm_90) quantize x
+    Fused configs are one launch that allocates only y; ``decode`` configs (M ≤ 64, sm_90) quantize x
     into a workspace inside y's allocation and run the Gluon decode kernel; the others quantize x
     first into codes and K-major scales (also behind y) and run the GEMM on them."""
     _check_block_size(block_size)
@@ -1167,7 +1167,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     if config["kernel"] == "decode":
         from quantkit.kernels import aq_decode_sm90
 
-        if m <= 16 and aq_decode_sm90.usable(x, weight_q, config, block_size):
+        if aq_decode_sm90.usable(x, weight_q, config, block_size):
             return _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq_decode_sm90)
         config = _fit_block(_fused_default(n) if 2 <= m <= 16 else default_config(m, n, k), block_size)
     if config["fuse_act_quant"]:
@@ -1195,7 +1195,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
 
 
 def _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq) -> torch.Tensor:
-    """M ≤ 16 on sm_90: the codes [M, Kp] and K-major scales [ceil(K/b), M] into a workspace behind the
+    """M ≤ 64 on sm_90: the codes [M, Kp] and K-major scales [ceil(K/b), M] into a workspace behind the
     output (one allocation), then the decode kernel, launched while the quantization runs when ``PDL``."""
     m, k = x.shape
     kp = ceil_div(k, 16) * 16

@@ -50,8 +50,8 @@ Kernels
     takes SPLIT_K too (int32 partials for ``_splitk_reduce_kernel``, as the pointer kernel's; the
     pointer kernel where it cannot run).
 
-  * ``decode`` configs (M <= 16, sm_90): ``_quant_rows_kernel`` writes the codes and scales once,
-    then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90` multiplies them with the weight
+  * ``decode`` configs (M <= 16, to 64 where a table picks it; sm_90): ``_quant_rows_kernel`` writes the codes and
+    scales once, then the Gluon kernel of :mod:`quantkit.kernels.aq_decode_sm90` multiplies them with the weight
     (``mma.sync`` s8, the loaded bytes are the fragments), launched as a programmatic dependent of the
     quantization so that its first weight loads overlap it.
 
@@ -610,10 +610,10 @@ def _two_pass(bm, bn, bk, warps, stages, mode="pointer", pdl=False, split_k=1, g
 
 
 def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False, xpf=True) -> dict:
-    """M <= 16, sm_90: the row quantization kernel writes the codes once, then the Gluon decode kernel
-    of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM warps, DK-deep K
-    chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a programmatic
-    dependent of the quantization). Both in one allocation with the output. Where it cannot run, the
+    """M <= 64 (ceil(M / BM) programs a weight tile), sm_90: the row quantization kernel writes the codes once,
+    then the Gluon decode kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM
+    warps, DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
+    programmatic dependent of the quantization). Both in one allocation with the output. Where it cannot run, the
     M <= 16 fused default runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
     (:mod:`quantkit.kernels.aq_decode_sm90`); ``xpf``: the x codes loaded a trip ahead (else at use)."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl}
@@ -969,7 +969,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     if kind == "decode":
         from quantkit.kernels import aq_decode_sm90
 
-        if M <= 16 and aq_decode_sm90.usable(x, weight_q, config):  # (K <= MAX_K: _check_k)
+        if aq_decode_sm90.usable(x, weight_q, config):  # (K <= MAX_K: _check_k)
             return _decode_launch(x, weight_q, weight_scale, bias, config, aq_decode_sm90)
         config = _fused_default(N) if 2 <= M <= 16 else default_config(M, N, K)
         kind = config["kernel"]
@@ -1018,7 +1018,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
 
 
 def _decode_launch(x, weight_q, weight_scale, bias, config, aq) -> torch.Tensor:
-    """M <= 16 on sm_90: the codes [M, Kp] and row scales [M] into a workspace behind the output (one
+    """M <= 64 on sm_90: the codes [M, Kp] and row scales [M] into a workspace behind the output (one
     allocation), then the decode kernel, launched while the quantization runs when ``PDL``."""
     M, K = x.shape
     kp = ceil_div(K, 16) * 16

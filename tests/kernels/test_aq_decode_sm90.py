@@ -1,5 +1,5 @@
 """The Gluon decode kernel for 8-bit activations × 8-bit weights on sm_90 (quantkit.kernels.aq_decode_sm90),
-as the int8-dynamic and fp8-block recipes run it at M <= 16.
+as the int8-dynamic and fp8-block recipes run it at M <= 16 (and to 64 where a table picks it).
 
 Gluon kernels do not run in Triton's interpreter, so on the CPU: the K permutation the kernel applies
 to the loaded bytes is checked against the m16n8k32 fragment layout of the PTX ISA, and every decode
@@ -8,7 +8,7 @@ without PDL) is compiled for sm_90 with triton's ptxas: no spills, the 8-bit ``m
 loads, no shared memory or shuffle up to the last mma (the loaded bytes are the fragments), and the
 grid-dependency wait exactly when launched with PDL.
 On the GPU: int8 outputs bit-identical to the fused kernels' (both exact int32 products and the same
-epilogue), fp8 outputs within the family's bound of the float32 reference of the same codes, at M 1-16,
+epilogue), fp8 outputs within the family's bound of the float32 reference of the same codes, at M 1-64,
 N and K edges, every candidate, bf16 / fp16 / fp32, a bias, strided rows, a 64-wide fp8 block, the
 fallbacks, and a CUDA graph of the two launches with PDL.
 """
@@ -108,6 +108,11 @@ def test_decode_falls_back_where_the_kernel_cannot_run(kernel_device):
     fq, fs = fk.quantize_weight(w)
     assert torch.equal(fk.linear(x, fq, fs, config=fk._decode(1, 4)),
                        fk.linear(x, fq, fs, config=fk._fused_default(40)))
+    x20 = torch.randn(20, 256, dtype=torch.bfloat16, device=kernel_device)  # past 16: the default config
+    assert torch.equal(ik.linear(x20, wq, ws, config=ik._decode(1, 4)),
+                       ik.linear(x20, wq, ws, config=ik.default_config(20, 40, 256)))
+    assert torch.equal(fk.linear(x20, fq, fs, config=fk._decode(1, 4)),
+                       fk.linear(x20, fq, fs, config=fk._fit_block(fk.default_config(20, 40, 256), 128)))
 
 
 def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf16", dg=1):
@@ -195,9 +200,10 @@ def _sm90() -> bool:
 needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the decode kernel needs an sm_90 GPU")
 
 # (M, N, K): one row, a partial x tile, N not a multiple of 16 (rows clamped), trip counts odd and even,
-# a single chunk, 16 rows
+# a single chunk, 16 rows; past 16 (2-4 x tiles a weight tile, up to MAX_M = 64): a one-row last tile,
+# full tiles, a partial one
 SHAPES = [(1, 4096, 4096), (3, 45, 256), (7, 1000, 320), (9, 33, 128), (16, 257, 1152), (16, 4096, 14336),
-          (12, 64, 64)]
+          (12, 64, 64), (17, 300, 1024), (32, 4096, 4096), (50, 129, 640), (64, 1000, 256)]
 
 
 def _usable(x, wq, cfg, group=None) -> bool:
@@ -250,6 +256,31 @@ def test_fp8_decode_matches_the_reference_gpu(dtype):
             if dtype == torch.bfloat16:
                 assert torch.equal(y, fk.linear(x, wq, ws, b, config=dict(cfg, PDL=False))), f"{cfg}: PDL changes y"
     assert ran >= len(SHAPES)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_decode_past_max_m_runs_the_default_config_gpu():
+    """MAX_M x rows take the decode kernel; one more runs the family's default config for the problem,
+    with the same outputs as that config."""
+    from quantkit.kernels.aq_decode_sm90 import MAX_M
+    from tests.kernels.test_int8_dynamic import make_problem
+
+    torch.manual_seed(4)
+    n, k = 300, 1024
+    x, wq, ws, b = make_problem(MAX_M + 1, n, k, torch.bfloat16, True, "cuda")
+    fq, fs = fk.quantize_weight(torch.randn(n, k, device="cuda") * 0.02)
+    for cfg in (ik._decode(1, 4, dk=128), fk._decode(1, 4, dk=128, sub=2, xpf=False)):
+        assert _usable(x[:MAX_M], wq, cfg, 128) and not _usable(x, wq, cfg, 128)
+    assert torch.equal(ik.linear(x, wq, ws, b, config=ik._decode(1, 4, dk=128)),
+                       ik.linear(x, wq, ws, b, config=ik.default_config(MAX_M + 1, n, k)))
+    cfg = fk._decode(1, 4, dk=128, sub=2, xpf=False)
+    assert torch.equal(fk.linear(x, fq, fs, b, config=cfg),
+                       fk.linear(x, fq, fs, b, config=fk._fit_block(fk.default_config(MAX_M + 1, n, k), 128)))
+    # and MAX_M rows run the kernel: the same as its 16-row x tiles run one by one
+    y = fk.linear(x[:MAX_M], fq, fs, b, config=cfg)
+    parts = torch.cat([fk.linear(x[i:i + 16], fq, fs, b, config=cfg) for i in range(0, MAX_M, 16)])
+    assert torch.equal(y, parts)
 
 
 @pytest.mark.gpu
