@@ -30,11 +30,12 @@ CONFIGS = {
     "fp8m": (F, "fp8_block", [F._gluon(128, 64, 8, 6, pdl=True), F._gluon(128, 64, 8, 6, pdl=True, split_k=2),
                               F._gluon(128, 64, 8, 6, pdl=True, split_k=4)]),
     # M = 17-64 (round 32): the table's entry ("shipped", None) against the decode kernel with 2-4 x tiles of 16
-    # rows a weight tile (or 3-8 of 8): the M = 16 entries' programs
-    "fp8d": (F, "fp8_block", [None, F._decode(1, 4, dk=128, sub=2, xpf=False), F._decode(2, 2, wm=2, dk=128, xpf=False),
-                              F._decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]),
-    "int8d": (I, "int8_dynamic", [None, I._decode(1, 4, dk=128), I._decode(2, 2, dk=128),
-                                  I._decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]),
+    # rows a weight tile (or 3-8 of 8). Round 32's call 1 timed the M = 16 entries' programs on the Llama shapes
+    # (MT 2 / WK 2 / WM 2 in the place of the last one here); these are the small-N programs of its call 2.
+    "fp8d": (F, "fp8_block", [None, F._decode(1, 4, dk=128, sub=2, xpf=False),
+                              F._decode(1, 4, dk=128, sub=2, bm=8, xpf=False), F._decode(1, 4, dk=128)]),
+    "int8d": (I, "int8_dynamic", [None, I._decode(1, 4, dk=128), I._decode(1, 4, dk=128, sub=2, bm=8, xpf=False),
+                                  I._decode(1, 4, dk=128, sub=2, xpf=False)]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
