@@ -128,6 +128,13 @@ VARIANT_SETS = {
                                                                               xpf=False)},
         "kv_sub2_bm8_xpf": {("int8_dynamic", 16, 1024, 4096): int8_dynamic._decode(1, 4, dk=128, sub=2, bm=8)},
     }),
+    # round 32: the k / v projections at batch 32 / 64 on the decode kernel (the tables' entries since) against
+    # what ran there before (fp8: the M = 128 entry's split-K swap kernel, borrowed; int8: the default GEMM)
+    **{f"{name}_b{b}_kv": (recipe, b, {"shipped": {}, "before": {(family, b, 1024, 4096): before}})
+       for name, recipe, family, before in (
+           ("fp8", "fp8-block", "fp8_block", fp8_block._swap(64, 64, 2, 4, 3, False, split_k=4)),
+           ("int8dyn", "int8-dynamic", "int8_dynamic", int8_dynamic._two_pass(64, 64, 128, 4, 4)))
+       for b in (32, 64)},
     "int8dyn_b16": ("int8-dynamic", 16, {
         "shipped": {},
         "fused_all": _all_m(16, "int8_dynamic", int8_dynamic._fused_default),

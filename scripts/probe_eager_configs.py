@@ -36,6 +36,11 @@ CONFIGS = {
                               F._decode(1, 4, dk=128, sub=2, bm=8, xpf=False), F._decode(1, 4, dk=128)]),
     "int8d": (I, "int8_dynamic", [None, I._decode(1, 4, dk=128), I._decode(1, 4, dk=128, sub=2, bm=8, xpf=False),
                                   I._decode(1, 4, dk=128, sub=2, xpf=False)]),
+    # round 32's entries at N <= 2048 (the decode kernel since: "shipped") against what ran there before: fp8-block
+    # the M = 128 entry's split-K swap kernel at 1024 x 4096 (borrowed) and the default swap kernel elsewhere,
+    # int8-dynamic its default two-pass GEMM
+    "fp8k": (F, "fp8_block", [None, F._swap(64, 64, 2, 4, 3, False, split_k=4), F._swap(64, 64, 1, 4, 4, False)]),
+    "int8k": (I, "int8_dynamic", [None, I._two_pass(64, 64, 128, 4, 4)]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),

@@ -854,6 +854,11 @@ def default_config(M: int, N: int, K: int) -> dict:
         # elsewhere): x quantized once instead of in every program (H100 sweep, notes/fp8_block.md).
         return _decode(1, 4, dk=128) if K % 128 == 0 else _decode(1, 4) if K % 64 == 0 else _fused_default(N)
     if M <= 64:
+        if N <= 2048 and K % 128 == 0:
+            # Narrow layers (k / v projections): the decode kernel with 2-4 x tiles a weight tile, N / 16
+            # weight tiles, against N / 64 GEMM tiles: 0.95-1.18x of bf16 where the GEMMs ran 0.57-0.74x
+            # at N = 512-2048, M = 17-64 on an H100 (notes/fp8_block.md, round 32).
+            return _decode(1, 4, dk=128, sub=2, xpf=False)
         return _swap(64, 64, 1, 4, 4, False)
     if M <= 256:
         # The Gluon GEMM with 64-wide tiles, launched while the quantization runs (its Triton tiled
@@ -862,6 +867,15 @@ def default_config(M: int, N: int, K: int) -> dict:
         return _gluon(128, 64, 8, 6, pdl=True)
     # The Gluon GEMM on sm_90 (its Triton tiled fallback elsewhere): 1.4-1.6x the tiled kernel.
     return _gluon(128, 128, 8, 4)
+
+
+def _gemm_default(M: int, N: int, K: int) -> dict:
+    """What a ``decode`` config runs where the decode kernel cannot: the fused default at 2 ≤ M ≤ 16, a GEMM
+    of :func:`default_config` above."""
+    if 2 <= M <= 16:
+        return _fused_default(N)
+    config = default_config(M, N, K)
+    return _swap(64, 64, 1, 4, 4, False) if config["kernel"] == "decode" else config
 
 
 def _fit_block(config: dict, block_size: int) -> dict:
@@ -908,6 +922,10 @@ _DECODE_16 = [_swap(64, 16, 2, 4, 4, True), _stream(32, 8, 4, 3)] + _GLUON_DECOD
 _DECODE_4 = [_swap(64, 16, 2, 4, 4, True), _decode(1, 4, dk=128), _decode(2, 2, dk=128),
              _decode(1, 4, dk=128, diag=True), _decode(2, 2, dk=128, diag=True), _decode(1, 2, dk=128, diag=True),
              _decode(1, 4, diag=True), _decode(2, 4, dk=128, diag=True)]
+# 16 < M <= 64 (round 32): the decode kernel with 2-4 x tiles of 16 (or 3-8 of 8) a weight tile, in the place of the
+# swap kernel without PDL with split-K 2 (in no table). At N <= 2048 it ran 0.94-1.18x of bf16 where the GEMMs ran
+# 0.57-0.74x; on the 4096- and 14336-wide Llama layers the GEMMs stay ahead (notes/fp8_block.md, round 32).
+_MID_DECODE = [_decode(1, 4, dk=128, sub=2, xpf=False), _decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]
 # (round 7's one-group split-K 4 candidate never won a cell: its place went to the PDL variants)
 # The Gluon GEMM with 64-wide tiles and PDL: 18.8 against the split-K swap kernel's 20.6 µs at 4096², M = 128
 # in a wider probe (notes/fp8_block.md, round 13).
@@ -949,6 +967,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         return list(_DECODE_4)
     if M <= 16:
         return list(_DECODE_16)
+    if M <= 64:
+        return _MID_DECODE + [c for c in _MID if c != _swap(64, 64, 2, 4, 3, False, split_k=2)]
     if M <= 256:
         return list(_MID)
     return list(_LARGE)
@@ -1169,7 +1189,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
 
         if aq_decode_sm90.usable(x, weight_q, config, block_size):
             return _decode_launch(x, weight_q, weight_scale, bias, block_size, ue8m0, config, aq_decode_sm90)
-        config = _fit_block(_fused_default(n) if 2 <= m <= 16 else default_config(m, n, k), block_size)
+        config = _fit_block(_gemm_default(m, n, k), block_size)
     if config["fuse_act_quant"]:
         y = torch.empty(m, n, dtype=x.dtype, device=x.device)
         return _run_gemm(x, None, 0, 0, weight_q, weight_scale, bias, y, block_size, config, True, ue8m0)

@@ -668,6 +668,21 @@ def default_config(M: int, N: int, K: int) -> dict:
         # The Gluon decode kernel where it can run (sm_90; it falls back to the fused default
         # elsewhere): x quantized once instead of in every program (H100 sweep, notes/int8_dynamic.md).
         return _decode(1, 4, dk=128) if K % 128 == 0 else _decode(1, 4) if K % 64 == 0 else _fused_default(N)
+    if M <= 64 and N <= 2048 and K % 128 == 0:
+        # Narrow layers (k / v projections): the decode kernel with 2-4 x tiles a weight tile, N / 16 weight
+        # tiles: 0.91-1.27x of bf16 where the two-pass GEMM ran 0.64-0.84x at N = 512-2048, M = 17-64 on an
+        # H100 (notes/int8_dynamic.md, round 32).
+        return _decode(1, 4, dk=128, sub=2, xpf=False)
+    return _gemm_default(M, N, K)
+
+
+def _gemm_default(M: int, N: int, K: int) -> dict:
+    """:func:`default_config` without the decode kernel (what a ``decode`` config runs where that kernel
+    cannot): the fused kernel at 2 <= M <= 16, the two-pass GEMMs above."""
+    if M == 1:
+        return _gemv(16, 512, 4, 3)
+    if M <= 16:
+        return _fused_default(N)
     if M <= 256:
         # >= ~100 programs, so that enough SMs pull the weight: 128 x 128 tiles where there are that
         # many (each x row and weight column is re-read from L2 N / 128 and M / 128 times), 64 x 64
@@ -725,6 +740,10 @@ _MID_CANDIDATES = [_two_pass(64, 64, 128, 4, 4), _two_pass(128, 128, 128, 8, 4),
                    _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
                    _two_pass(128, 128, 128, 8, 4, pdl=True), _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                    _two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)]
+# 16 < M <= 64 (round 32): the decode kernel with 2-4 x tiles of 16 (or 3-8 of 8) a weight tile, in the place of the
+# pointer GEMM with 128 x 128 tiles, no split-K and no PDL (in no table). At N <= 2048 it ran 0.91-1.27x of bf16
+# where the two-pass GEMM ran 0.64-0.84x; on the 4096- and 14336-wide Llama layers the GEMMs stay ahead.
+_MID_DECODE = [_decode(1, 4, dk=128, sub=2, xpf=False), _decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]
 # "gluon": kernels/i8_gemm_sm90.py, whose wgmmas stay in flight across K steps (Triton 3.6 waits for each
 # int8 wgmma): 11-15 % faster than the Triton GEMMs at M = 1024-4096 on the H100 (notes, round 11).
 _LARGE_CANDIDATES = [_two_pass(128, 256, 128, 8, 4, mode="gluon"), _two_pass(256, 128, 128, 8, 4, mode="gluon"),
@@ -749,6 +768,8 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         return list(_DECODE_4_CANDIDATES)
     if M <= 16:
         return list(_FUSED_CANDIDATES)
+    if M <= 64:
+        return _MID_DECODE + [c for c in _MID_CANDIDATES if c != _two_pass(128, 128, 128, 8, 4)]
     if M <= 256:
         return list(_MID_CANDIDATES)
     return list(_LARGE_CANDIDATES)
@@ -971,7 +992,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
 
         if aq_decode_sm90.usable(x, weight_q, config):  # (K <= MAX_K: _check_k)
             return _decode_launch(x, weight_q, weight_scale, bias, config, aq_decode_sm90)
-        config = _fused_default(N) if 2 <= M <= 16 else default_config(M, N, K)
+        config = _gemm_default(M, N, K)
         kind = config["kernel"]
     bias_arg = bias if bias is not None else weight_scale  # never read when HAS_BIAS is False
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]

@@ -108,11 +108,29 @@ def test_decode_falls_back_where_the_kernel_cannot_run(kernel_device):
     fq, fs = fk.quantize_weight(w)
     assert torch.equal(fk.linear(x, fq, fs, config=fk._decode(1, 4)),
                        fk.linear(x, fq, fs, config=fk._fused_default(40)))
-    x20 = torch.randn(20, 256, dtype=torch.bfloat16, device=kernel_device)  # past 16: the default config
-    assert torch.equal(ik.linear(x20, wq, ws, config=ik._decode(1, 4)),
-                       ik.linear(x20, wq, ws, config=ik.default_config(20, 40, 256)))
-    assert torch.equal(fk.linear(x20, fq, fs, config=fk._decode(1, 4)),
-                       fk.linear(x20, fq, fs, config=fk._fit_block(fk.default_config(20, 40, 256), 128)))
+    x20 = torch.randn(20, 256, dtype=torch.bfloat16, device=kernel_device)  # past 16: the default GEMM
+    for fam, q, s in ((ik, wq, ws), (fk, fq, fs)):
+        gemm = fam._gemm_default(20, 40, 256)
+        assert gemm["kernel"] != "decode" and fam.default_config(20, 40, 256)["kernel"] == "decode"
+        assert torch.equal(fam.linear(x20, q, s, config=fam._decode(1, 4)), fam.linear(x20, q, s, config=gemm))
+        assert torch.equal(fam.linear(x20, q, s), fam.linear(x20, q, s, config=gemm))  # (the default: decode)
+
+
+def test_mid_m_candidates_and_defaults_hold_the_decode_programs():
+    """16 < M <= MAX_M: each family's sweep may pick the decode kernel (at most 8 candidates, no repeats),
+    and narrow layers default to it; past MAX_M, and on wide layers, a GEMM."""
+    from quantkit.kernels.aq_decode_sm90 import MAX_M
+
+    for fam in (fk, ik):
+        for m in (17, 32, MAX_M):
+            cands = fam.candidate_configs(m, 1024, 4096)
+            assert len(cands) <= 8 and len({tuple(sorted(c.items())) for c in cands}) == len(cands)
+            assert all(c in cands for c in fam._MID_DECODE)
+            assert fam.default_config(m, 1024, 4096) == fam._MID_DECODE[0]
+            assert fam.default_config(m, 4096, 4096)["kernel"] != "decode"
+            assert fam.default_config(m, 1024, 4000)["kernel"] != "decode"  # K not a multiple of the chunk
+        assert not any(c["kernel"] == "decode" for c in fam.candidate_configs(MAX_M + 1, 1024, 4096))
+        assert fam.default_config(MAX_M + 1, 1024, 4096)["kernel"] != "decode"
 
 
 def _compile(cfg, bm, fp8, bias=False, even=True, pdl=True, group=128, dtype="bf16", dg=1):
@@ -273,10 +291,10 @@ def test_decode_past_max_m_runs_the_default_config_gpu():
     for cfg in (ik._decode(1, 4, dk=128), fk._decode(1, 4, dk=128, sub=2, xpf=False)):
         assert _usable(x[:MAX_M], wq, cfg, 128) and not _usable(x, wq, cfg, 128)
     assert torch.equal(ik.linear(x, wq, ws, b, config=ik._decode(1, 4, dk=128)),
-                       ik.linear(x, wq, ws, b, config=ik.default_config(MAX_M + 1, n, k)))
+                       ik.linear(x, wq, ws, b, config=ik._gemm_default(MAX_M + 1, n, k)))
     cfg = fk._decode(1, 4, dk=128, sub=2, xpf=False)
     assert torch.equal(fk.linear(x, fq, fs, b, config=cfg),
-                       fk.linear(x, fq, fs, b, config=fk._fit_block(fk.default_config(MAX_M + 1, n, k), 128)))
+                       fk.linear(x, fq, fs, b, config=fk._fit_block(fk._gemm_default(MAX_M + 1, n, k), 128)))
     # and MAX_M rows run the kernel: the same as its 16-row x tiles run one by one
     y = fk.linear(x[:MAX_M], fq, fs, b, config=cfg)
     parts = torch.cat([fk.linear(x[i:i + 16], fq, fs, b, config=cfg) for i in range(0, MAX_M, 16)])
