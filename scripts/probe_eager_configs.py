@@ -20,6 +20,7 @@ from quantkit.bench.common import host_us_per_call
 from quantkit.kernels import fp8_block as F
 from quantkit.kernels import int4_weight_only as Q
 from quantkit.kernels import int8_dynamic as I
+from quantkit.kernels import int8_weight_only as W8
 from quantkit.kernels import tuning
 from quantkit.kernels.plan import planned
 
@@ -41,6 +42,10 @@ CONFIGS = {
     # int8-dynamic its default two-pass GEMM
     "fp8k": (F, "fp8_block", [None, F._swap(64, 64, 2, 4, 3, False, split_k=4), F._swap(64, 64, 1, 4, 4, False)]),
     "int8k": (I, "int8_dynamic", [None, I._two_pass(64, 64, 128, 4, 4)]),
+    # the weight-only families at N <= 2048, M = 17-64: the table / default (the Gluon GEMM, cut along K) against
+    # the M = 16 entries' Triton programs at 1024 x 4096 (which take any M)
+    "wo8k": (W8, "int8_weight_only", [None, W8._stream_config(16, 512, 4, 4)]),
+    "int4k": (Q, "int4_weight_only", [None, Q._small(16, 4, 4, 4)]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
