@@ -68,7 +68,7 @@ def main():
                                                                               (4096, 14336)]
     mod, family, configs = CONFIGS[fam]
     for n, k in shapes:
-        args = mod.make_bench_inputs(n, k)
+        args = mod.make_bench_inputs(n, k, torch.bfloat16)
         w = (torch.randn(n, k, device="cuda") * 0.02).to(torch.bfloat16)
         for m in ms:
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
