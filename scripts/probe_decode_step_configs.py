@@ -47,6 +47,9 @@ def _all_m(m: int, family: str, config_for_n, shapes=_SHAPES) -> dict:
     return {(family, m, n, k): config_for_n(n) for n, k in shapes}
 
 
+# the weight-only families' mid-M default at 1024 x 4096 before round 32 (both: the Gluon GEMM cut along K)
+_MID_WO_BEFORE = {"kernel": "tma_wgmma", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4,
+                  "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
 _F8 = fp8_block._decode
 _I8 = int8_dynamic._decode
 
@@ -134,6 +137,12 @@ VARIANT_SETS = {
        for name, recipe, family, before in (
            ("fp8", "fp8-block", "fp8_block", fp8_block._swap(64, 64, 2, 4, 3, False, split_k=4)),
            ("int8dyn", "int8-dynamic", "int8_dynamic", int8_dynamic._two_pass(64, 64, 128, 4, 4)))
+       for b in (32, 64)},
+    # the weight-only families' k / v projections at batch 32 / 64 on the M = 16 Triton programs (the tables'
+    # entries since) against the Gluon GEMM of their mid-M defaults before
+    **{f"{name}_b{b}_kv": (recipe, b, {"shipped": {}, "before": {(family, b, 1024, 4096): _MID_WO_BEFORE}})
+       for name, recipe, family in (("int4", "int4-weight-only", "int4_weight_only"),
+                                    ("int8wo", "int8-weight-only", "int8_weight_only"))
        for b in (32, 64)},
     "int8dyn_b16": ("int8-dynamic", 16, {
         "shipped": {},

@@ -754,6 +754,11 @@ def default_config(M: int, N: int, K: int) -> dict:
         # large share of cuBLAS' time; from ~2K rows the pass is paid back (H100 sweep: 0.81-0.95x of
         # dequant_mm's time at M = 1024, 1.03-1.18x at M = 4096).
         return _tma_wgmma() if M < _TMA_WGMMA_MAX_M else _dequant_mm()
+    if M <= 64 and N <= 1024:
+        # Narrow layers (k / v projections) in batched decoding: the small kernel in 16-row x tiles, N / 16
+        # programs each, against the Gluon GEMM's N / 64 tiles: 1.02-1.23x of bf16 where the Gluon kernel ran
+        # 0.83-1.05x at N = 512-1024, M = 17-64 on an H100 (notes/int4_weight_only.md, round 32)
+        return _small(16, 4, 4, 4)
     return _mid_tma_wgmma(M, N) if M <= 256 else _default_mma(M, N, K)
 
 
@@ -792,7 +797,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
                  _tma_wgmma(bm, 128, 128, 8, 4, stream_k=True), _tma_wgmma(bm, 64, 128, 4, 3),
                  _tma_wgmma(256, 128, 64, 8, 4, stream_k=True) if M > 128 else _tma_wgmma(bm, 128, 128, 8, 4)]
         if M <= 64:  # at M = 32 on 4096 x 4096 and 4096 x 14336 the Triton kernel still led (by 2-7 %)
-            cands += [_tma_wgmma(64, 64, 128, 4, 4), _default_mma(M, N, K)]
+            cands += [_tma_wgmma(64, 64, 128, 4, 4), _default_mma(M, N, K), _small(16, 4, 4, 4)]  # (narrow, round 32)
         unique = []
         for c in cands:
             if c not in unique:

@@ -509,6 +509,11 @@ def default_config(M: int, N: int, K: int) -> dict:
             return _decode_config(2, 4)
         block_n = _stream_block_n(N)
         return _stream_config(block_n, 512 if block_n == 16 else 256, 4, 4)
+    if M <= 64 and N <= 1024:
+        # Narrow layers (k / v projections) in batched decoding: the M = 16 stream program in 16-row x tiles,
+        # N / 16 programs each, against the Gluon GEMM's N / 64 tiles cut along K: 1.04-1.25x of bf16 where the
+        # Gluon kernel ran 0.80-0.99x at N = 512-1024, M = 17-64 on an H100 (notes/int8_weight_only.md, round 32)
+        return _stream_config(16, 512, 4, 4)
     if M <= 256:
         # The Gluon register-operand kernel (its fallback: _mma_default): on the H100 it took M = 128 from
         # 0.90 / 1.06 / 1.14x of bf16 (the Triton kernel) to 1.13-1.42x (notes/int8_weight_only.md, round 20)
@@ -587,6 +592,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         ]
         if M <= 64:  # at M = 32-64 on 4096 x 4096 the Triton kernel still led (by 3-8 %)
             cands.append(_mma_default(M, N, K))
+            cands.append(_stream_config(16, 512, 4, 4))  # narrow layers (round 32)
     else:
         cands = [
             _mma_ss_config(256, 128, 64, 8, 3),
