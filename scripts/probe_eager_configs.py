@@ -24,6 +24,9 @@ from quantkit.kernels import int8_weight_only as W8
 from quantkit.kernels import tuning
 from quantkit.kernels.plan import planned
 
+_MID_WO_BEFORE = {"kernel": "tma_wgmma", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4,
+                  "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
+
 CONFIGS = {
     "fp8": (F, "fp8_block", [F._cublas(), F._gluon(128, 128, 8, 4, pdl=True, epi="tma"),
                              F._gluon(128, 128, 8, 4, pdl=True), F._gluon(128, 128, 8, 4, epi="tma")]),
@@ -44,8 +47,9 @@ CONFIGS = {
     "int8k": (I, "int8_dynamic", [None, I._two_pass(64, 64, 128, 4, 4)]),
     # the weight-only families at N <= 2048, M = 17-64: the table / default (the Gluon GEMM, cut along K) against
     # the M = 16 entries' Triton programs at 1024 x 4096 (which take any M)
-    "wo8k": (W8, "int8_weight_only", [None, W8._stream_config(16, 512, 4, 4)]),
-    "int4k": (Q, "int4_weight_only", [None, Q._small(16, 4, 4, 4)]),
+    # (and, last, the Gluon GEMM their defaults ran at N <= 1024 before round 32)
+    "wo8k": (W8, "int8_weight_only", [None, W8._stream_config(16, 512, 4, 4), _MID_WO_BEFORE]),
+    "int4k": (Q, "int4_weight_only", [None, Q._small(16, 4, 4, 4), _MID_WO_BEFORE]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
