@@ -48,6 +48,10 @@ CONFIGS = {
     # the weight-only families at N <= 2048, M = 17-64: the table / default (the Gluon GEMM, cut along K) against
     # the M = 16 entries' Triton programs at 1024 x 4096 (which take any M)
     # (and, last, the Gluon GEMM their defaults ran at N <= 1024 before round 32)
+    # fp8-block at M = 17-64 on the Llama shapes (round 32's sweeps): the table's pick against the swap kernel
+    # (64-row weight tiles as wgmma's A operand, 64 x rows) with PDL, split-K 4, split-K 2 with PDL
+    "fp8s": (F, "fp8_block", [None, F._swap(64, 64, 2, 4, 3, False, pdl=True), F._swap(64, 64, 2, 4, 3, False, split_k=4),
+                              F._swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True)]),
     "wo8k": (W8, "int8_weight_only", [None, W8._stream_config(16, 512, 4, 4), _MID_WO_BEFORE]),
     "int4k": (Q, "int4_weight_only", [None, Q._small(16, 4, 4, 4), _MID_WO_BEFORE]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
