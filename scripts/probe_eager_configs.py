@@ -50,7 +50,8 @@ CONFIGS = {
     # (and, last, the Gluon GEMM their defaults ran at N <= 1024 before round 32)
     # fp8-block at M = 17-64 on the Llama shapes (round 32's sweeps): the table's pick against the swap kernel
     # (64-row weight tiles as wgmma's A operand, 64 x rows) with PDL, split-K 4, split-K 2 with PDL
-    "fp8s": (F, "fp8_block", [None, F._swap(64, 64, 2, 4, 3, False, pdl=True), F._swap(64, 64, 2, 4, 3, False, split_k=4),
+    "fp8s": (F, "fp8_block", [None, F._swap(64, 64, 2, 4, 3, False, pdl=True),
+                              F._swap(64, 64, 2, 4, 3, False, split_k=4),
                               F._swap(64, 64, 2, 4, 3, False, split_k=2, pdl=True)]),
     "wo8k": (W8, "int8_weight_only", [None, W8._stream_config(16, 512, 4, 4), _MID_WO_BEFORE]),
     "int4k": (Q, "int4_weight_only", [None, Q._small(16, 4, 4, 4), _MID_WO_BEFORE]),
