@@ -138,6 +138,13 @@ VARIANT_SETS = {
            ("fp8", "fp8-block", "fp8_block", fp8_block._swap(64, 64, 2, 4, 3, False, split_k=4)),
            ("int8dyn", "int8-dynamic", "int8_dynamic", int8_dynamic._two_pass(64, 64, 128, 4, 4)))
        for b in (32, 64)},
+    # fp8-block at batch 32 / 64 with every round-32 H100 entry against what ran there before (the Gluon GEMM
+    # entries of M = 64 / 128, borrowed, and the k / v projections' split-K swap kernel)
+    **{f"fp8_b{b}_round32": ("fp8-block", b, {"shipped": {}, "before": {
+        ("fp8_block", b, 14336, 4096): fp8_block._gluon(128, 64, 8, 6, pdl=True),
+        ("fp8_block", b, 1024, 4096): fp8_block._swap(64, 64, 2, 4, 3, False, split_k=4),
+        **({("fp8_block", b, 4096, 14336): fp8_block._gluon(128, 64, 8, 6, pdl=True, split_k=2)} if b == 32 else {})}})
+       for b in (32, 64)},
     # the weight-only families' k / v projections at batch 32 / 64 on the M = 16 Triton programs (the tables'
     # entries since) against the Gluon GEMM of their mid-M defaults before
     **{f"{name}_b{b}_kv": (recipe, b, {"shipped": {}, "before": {(family, b, 1024, 4096): _MID_WO_BEFORE}})
