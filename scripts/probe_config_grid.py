@@ -4,7 +4,7 @@ the shipped config's (max |d|). Families (first argument):
 
 * ``fp8``: fp8-block at M <= 16 (``swap`` / ``stream`` with x quantized in every program, the Gluon decode
   kernel after one quantization launch); ``fp8m``: its kernels at M = 17-256; ``fp8g``: its Gluon GEMM
-  with narrow tiles;
+  with narrow tiles; ``fp8sw``: its swap kernel at M = 17-64;
 * ``int8``: int8-dynamic at M <= 16 (``fused``, ``stream``, decode); ``int8g``: its M = 1 GEMVs;
   ``int8m`` / ``int8l``: its GEMMs at M = 17-256 / large M; ``int8ms``: its Gluon GEMM with split-K at
   M = 17-256; ``int8lt``: its warp-specialized GEMM with TMA
@@ -106,6 +106,16 @@ def fp8_mid_grid():
         out.append(F._swap(64, 64, 2, 4, stages, False, split_k=split, pdl=pdl))
     out += [F._tiled(64, 128, 4, 4, False), F._tiled(128, 128, 8, 4, True), F._gluon(128, 128, 8, 4),
             F._gluon(128, 64, 8, 4), F._gluon(128, 64, 8, 6, pdl=True)]
+    return out
+
+
+def fp8_swap_grid():
+    """fp8-block's swap kernel at M = 17-64 (round 32): 64 weight rows, 16-64 x rows a tile, one or two K blocks a
+    step, 3-5 stages, split-K 1 / 2 / 4, launched with PDL."""
+    out = []
+    for bx, groups, stages, split in itertools.product((32, 64), (1, 2), (3, 4, 5), (1, 2, 4)):
+        out.append(F._swap(64, bx, groups, 4, stages, False, split_k=split, pdl=True))
+    out += [F._swap(64, 16, 2, 4, 4, False, split_k=split, pdl=True) for split in (1, 4)]
     return out
 
 
@@ -256,7 +266,7 @@ def int4_scale_in_grid():
 
 
 # family name -> (kernel module, grid builder)
-GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid),
+GRIDS = {"fp8": (F, fp8_grid), "fp8m": (F, fp8_mid_grid), "fp8g": (F, fp8_gluon_grid), "fp8sw": (F, fp8_swap_grid),
          "int8": (I, int8_grid), "int8g": (I, int8_gemv_grid), "int8m": (I, int8_mid_grid),
          "int8l": (I, int8_large_grid), "int8lt": (I, int8_large_tma_grid), "int8w": (W, int8_wo_grid),
          "int8wg": (W, int8_wo_gemv_grid),

@@ -772,7 +772,7 @@ def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False, xpf=True) -
     once, then the Gluon decode kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program,
     WK·WM warps, DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
     programmatic dependent of the quantization). Both in one allocation with the output. Where it cannot run
-    (another GPU, K not a multiple of DK, b < DK or < the program's rows), the fused default for the problem runs.
+    (another GPU, K not a multiple of DK, b < DK or < the program's rows, M > 64), ``_gemm_default`` runs.
     ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
     (:mod:`quantkit.kernels.aq_decode_sm90`); ``xpf``: the x codes loaded a trip ahead (else at use)."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl,
@@ -856,7 +856,7 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M <= 64:
         if N <= 2048 and K % 128 == 0:
             # Narrow layers (k / v projections): the decode kernel with 2-4 x tiles a weight tile, N / 16
-            # weight tiles, against N / 64 GEMM tiles: 0.95-1.18x of bf16 where the GEMMs ran 0.57-0.74x
+            # weight tiles, against N / 64 GEMM tiles: 0.85-1.18x of bf16 where the GEMMs ran 0.57-0.74x
             # at N = 512-2048, M = 17-64 on an H100 (notes/fp8_block.md, round 32).
             return _decode(1, 4, dk=128, sub=2, xpf=False)
         return _swap(64, 64, 1, 4, 4, False)
@@ -923,7 +923,7 @@ _DECODE_4 = [_swap(64, 16, 2, 4, 4, True), _decode(1, 4, dk=128), _decode(2, 2, 
              _decode(1, 4, dk=128, diag=True), _decode(2, 2, dk=128, diag=True), _decode(1, 2, dk=128, diag=True),
              _decode(1, 4, diag=True), _decode(2, 4, dk=128, diag=True)]
 # 16 < M <= 64 (round 32): the decode kernel with 2-4 x tiles of 16 (or 3-8 of 8) a weight tile, in the place of the
-# swap kernel without PDL with split-K 2 (in no table). At N <= 2048 it ran 0.94-1.18x of bf16 where the GEMMs ran
+# swap kernel without PDL with split-K 2 (in no table). At N <= 2048 it ran 0.85-1.18x of bf16 where the GEMMs ran
 # 0.57-0.74x; on the 4096- and 14336-wide Llama layers the GEMMs stay ahead (notes/fp8_block.md, round 32).
 _MID_DECODE = [_decode(1, 4, dk=128, sub=2, xpf=False), _decode(1, 4, dk=128, sub=2, bm=8, xpf=False)]
 # (round 7's one-group split-K 4 candidate never won a cell: its place went to the PDL variants)

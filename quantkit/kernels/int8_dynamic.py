@@ -613,8 +613,8 @@ def _decode(mt, wk, wm=1, dk=64, sub=1, pdl=True, bm=16, diag=False, xpf=True) -
     """M <= 64 (ceil(M / BM) programs a weight tile), sm_90: the row quantization kernel writes the codes once,
     then the Gluon decode kernel of :mod:`quantkit.kernels.aq_decode_sm90` (16·MT·WM weight rows a program, WK·WM
     warps, DK-deep K chunks, SUB per warp and trip, at most BM x rows a program; ``pdl``: launched as a
-    programmatic dependent of the quantization). Both in one allocation with the output. Where it cannot run, the
-    M <= 16 fused default runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
+    programmatic dependent of the quantization). Both in one allocation with the output. Where it cannot run,
+    ``_gemm_default`` runs. ``diag`` (M <= 4): the x tile's idle columns take 8 / M chunks of a row
     (:mod:`quantkit.kernels.aq_decode_sm90`); ``xpf``: the x codes loaded a trip ahead (else at use)."""
     cfg = {"kernel": "decode", "MT": mt, "WK": wk, "WM": wm, "DK": dk, "SUB": sub, "BM": bm, "PDL": pdl}
     if diag:
