@@ -21,6 +21,7 @@ import torch
 from quantkit.kernels import fp8_block, int8_dynamic, tuning
 from quantkit.ops import dispatch
 from scripts.probe_decode_step_kernels import _captured, append_json, decode_step, replay_ms
+from scripts.probe_eager_configs import _MID_WO_BEFORE  # the weight-only "before" of the eager A/B
 
 
 def _d4(mt, wk, wm=1, xpf=True, diag=False):
@@ -47,9 +48,6 @@ def _all_m(m: int, family: str, config_for_n, shapes=_SHAPES) -> dict:
     return {(family, m, n, k): config_for_n(n) for n, k in shapes}
 
 
-# the weight-only families' mid-M default at 1024 x 4096 before round 32 (both: the Gluon GEMM cut along K)
-_MID_WO_BEFORE = {"kernel": "tma_wgmma", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4,
-                  "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
 _F8 = fp8_block._decode
 _I8 = int8_dynamic._decode
 

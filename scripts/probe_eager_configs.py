@@ -24,8 +24,8 @@ from quantkit.kernels import int8_weight_only as W8
 from quantkit.kernels import tuning
 from quantkit.kernels.plan import planned
 
-_MID_WO_BEFORE = {"kernel": "tma_wgmma", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4,
-                  "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
+# the weight-only families' mid-M default at 1024 x 4096 before round 32 (both: the Gluon GEMM cut along K)
+_MID_WO_BEFORE = W8._tma_wgmma_config(64, 64, 128, 4, 4, stream_k=True)
 
 CONFIGS = {
     "fp8": (F, "fp8_block", [F._cublas(), F._gluon(128, 128, 8, 4, pdl=True, epi="tma"),

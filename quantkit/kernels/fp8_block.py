@@ -859,7 +859,7 @@ def default_config(M: int, N: int, K: int) -> dict:
             # weight tiles, against N / 64 GEMM tiles: 0.85-1.18x of bf16 where the GEMMs ran 0.57-0.74x
             # at N = 512-2048, M = 17-64 on an H100 (notes/fp8_block.md, round 32).
             return _decode(1, 4, dk=128, sub=2, xpf=False)
-        return _swap(64, 64, 1, 4, 4, False)
+        return _gemm_default(M, N, K)
     if M <= 256:
         # The Gluon GEMM with 64-wide tiles, launched while the quantization runs (its Triton tiled
         # fallback elsewhere): 4-21 % faster than the swap kernel's best at M = 128 on the Llama shapes
@@ -870,12 +870,13 @@ def default_config(M: int, N: int, K: int) -> dict:
 
 
 def _gemm_default(M: int, N: int, K: int) -> dict:
-    """What a ``decode`` config runs where the decode kernel cannot: the fused default at 2 ≤ M ≤ 16, a GEMM
-    of :func:`default_config` above."""
+    """What a ``decode`` config runs where the decode kernel cannot: the fused default at 2 ≤ M ≤ 16, the swap
+    kernel to M = 64, :func:`default_config`'s GEMMs above."""
     if 2 <= M <= 16:
         return _fused_default(N)
-    config = default_config(M, N, K)
-    return _swap(64, 64, 1, 4, 4, False) if config["kernel"] == "decode" else config
+    if 16 < M <= 64:
+        return _swap(64, 64, 1, 4, 4, False)
+    return default_config(M, N, K)
 
 
 def _fit_block(config: dict, block_size: int) -> dict:

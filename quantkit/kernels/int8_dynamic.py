@@ -662,13 +662,11 @@ def _check_config(config: dict) -> None:
 
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config valid for every problem (the fallback when no tuned entry exists)."""
-    if M == 1:
-        return _gemv(16, 512, 4, 3)
-    if M <= 16:
+    if 2 <= M <= 16:
         # The Gluon decode kernel where it can run (sm_90; it falls back to the fused default
         # elsewhere): x quantized once instead of in every program (H100 sweep, notes/int8_dynamic.md).
         return _decode(1, 4, dk=128) if K % 128 == 0 else _decode(1, 4) if K % 64 == 0 else _fused_default(N)
-    if M <= 64 and N <= 2048 and K % 128 == 0:
+    if 16 < M <= 64 and N <= 2048 and K % 128 == 0:
         # Narrow layers (k / v projections): the decode kernel with 2-4 x tiles a weight tile, N / 16 weight
         # tiles: 0.91-1.27x of bf16 where the two-pass GEMM ran 0.64-0.84x at N = 512-2048, M = 17-64 on an
         # H100 (notes/int8_dynamic.md, round 32).
