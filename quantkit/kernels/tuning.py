@@ -312,21 +312,25 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
     ``cells``: (M, N, K) problems to time instead of ``shapes`` × ``ms``; ``on_cell(results)`` is called
     after each problem (the CLI rewrites its output file there); ``done``: results of an earlier,
     interrupted sweep on this GPU, kept, and their problems not timed again; ``eager_tie``: GPU-time ties
-    within that fraction are broken by eager time (:func:`pick_config`; None: GPU time alone)."""
+    within that fraction are broken by eager time (:func:`pick_config`; None: GPU time alone). Each problem
+    also records ``dense_ms``, the unquantized ``F.linear``'s GPU time under the same timer."""
     import importlib
 
     module = importlib.import_module(f"quantkit.kernels.{family}")
     if cells is None:
         cells = [(m, n, k) for n, k in shapes for m in ms]
     results: dict[str, Any] = dict(done or {})
-    buffers, buffers_shape = None, None
+    buffers, buffers_shape, dense_weight = None, None, None
     for m, n, k in cells:
         if _key(m, n, k) in results:
             continue
         if buffers_shape != (n, k):
-            buffers, buffers_shape = None, (n, k)  # (free the last shape's weights first)
+            buffers, dense_weight, buffers_shape = None, None, (n, k)  # (free the last shape's weights first)
             buffers = module.make_bench_inputs(n, k, dtype)
+            dense_weight = torch.randn(n, k, device="cuda", dtype=dtype)
         x = torch.randn(m, k, device="cuda", dtype=dtype)
+        # the unquantized layer under the same timer: where the family stands, on shapes no table holds
+        dense_ms = gpu_time_ms(lambda x=x, w=dense_weight: torch.nn.functional.linear(x, w))
 
         def bench(config, x=x, buffers=buffers):
             return gpu_time_ms(lambda: module.linear(x, *buffers, config=config))
@@ -360,7 +364,7 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
         best_ms, best, eager_ms = pick_config(timings, eager if eager_tie is not None else None,
                                               eager_tie if eager_tie is not None else 0.0)
         fastest_ms = min(t for t, _ in timings)
-        results[_key(m, n, k)] = {"config": best, "ms": best_ms, "default_ms": default_ms,
+        results[_key(m, n, k)] = {"config": best, "ms": best_ms, "default_ms": default_ms, "dense_ms": dense_ms,
                                   "default": default, "candidates": len(timings),
                                   "timings": [{"ms": t, "config": c} for t, c in timings],
                                   "eager_ms": eager_ms}
@@ -368,10 +372,14 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
             ties = f", eager among {len(eager_ms)} GPU-time ties" if eager_ms else ""
             print(f"{family} M={m} N={n} K={k}: best {best_ms * 1e3:.1f} us {best} "
                   f"(fastest {fastest_ms * 1e3:.1f} us{ties}; default {default_ms * 1e3:.1f} us, "
-                  f"{len(timings)} candidates)", flush=True)
+                  f"{len(timings)} candidates; {dtype_name(dtype)} F.linear {dense_ms * 1e3:.1f} us)", flush=True)
         if on_cell is not None:
             on_cell(results)
     return results
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def gpu_time_ms(fn, warmup: float = 10, rep: float = 40) -> float:

@@ -322,6 +322,7 @@ def test_gpu_sweep_writes_as_it_goes_and_resumes(tmp_path):
     row = rows["1,1024,4096"]
     timed = [t["config"] for t in row["timings"]]
     assert row["config"] in timed and row["ms"] <= min(t["ms"] for t in row["timings"]) * (1 + tuning.EAGER_TIE)
+    assert 0 < row["dense_ms"] < 1  # the bf16 F.linear beside it, timed
     tuning.main(["--family", "int8_weight_only", "--shapes", "1024x4096", "--m", "1,16", "--resume",
                  "--out", str(out)])
     second = json.loads(out.read_text())["families"]["int8_weight_only"]
