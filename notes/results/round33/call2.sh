@@ -5,6 +5,7 @@
 set -u
 export PYTHONPATH=$PWD TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
 mkdir -p $OUT
+timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_tuning.py -k sweep > $OUT/gpu_test_sweep.log 2>&1; echo "test rc=$? $(tail -n1 $OUT/gpu_test_sweep.log)"
 timeout 150 python -m quantkit bench layers --no-plot --no-peers --no-floor --rounds 1 \
   --shapes 512x2048,2048x2048,512x3584 --m 16,64,256,2048 --json $OUT/narrow_gpu_time.json > $OUT/narrow_gpu_time.log 2>&1
 echo "bench rc=$?"
