@@ -5,13 +5,13 @@
 set -u
 export PYTHONPATH=$PWD TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
 mkdir -p $OUT
-timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_tuning.py -k sweep > $OUT/gpu_test_sweep.log 2>&1; echo "test rc=$? $(tail -n1 $OUT/gpu_test_sweep.log)"
-timeout 150 python -m quantkit bench layers --no-plot --no-peers --no-floor --rounds 1 \
+timeout 50 python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_tuning.py -k sweep > $OUT/gpu_test_sweep.log 2>&1; echo "test rc=$? $(tail -n1 $OUT/gpu_test_sweep.log)"
+timeout 130 python -m quantkit bench layers --no-plot --no-peers --no-floor --rounds 1 \
   --shapes 512x2048,2048x2048,512x3584 --m 16,64,256,2048 --json $OUT/narrow_gpu_time.json > $OUT/narrow_gpu_time.log 2>&1
 echo "bench rc=$?"
 S8=512x2048,2048x2048,2048x8192,3584x3584,3584x18944,5120x13824
 SW=512x2048,2048x2048,8192x2048,5120x5120,3584x18944
-timeout 110 python -m quantkit.kernels.tuning --family fp8_block --shapes $S8 --m 16,64,256,2048 \
+timeout 100 python -m quantkit.kernels.tuning --family fp8_block --shapes $S8 --m 16,64,256,2048 \
   --out $OUT/sweep_fp8.json > $OUT/sweep_fp8.log 2>&1; echo "fp8 rc=$?"
 timeout 100 python -m quantkit.kernels.tuning --family int8_dynamic --shapes $S8 --m 16,64,256,2048 \
   --out $OUT/sweep_int8d.json > $OUT/sweep_int8d.log 2>&1; echo "int8d rc=$?"
