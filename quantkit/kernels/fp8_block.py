@@ -761,7 +761,8 @@ def _gluon(bm, bn, warps, stages, group_m=8, pdl=False, epi="rows", split_k=1) -
 def _cublas() -> dict:
     """The activation quantization kernel, then cuBLAS's block-scaled fp8 GEMM (``torch._scaled_mm``
     with 1×128 / 128×128 scales: sm_90 and newer, torch ≥ 2.9). A sweep candidate for M > 256, picked
-    where it measures faster; where cuBLAS refuses a problem the Triton GEMM runs instead. Not offered
+    where it measures faster, and the default there for problems of at least ``_CUBLAS_DEFAULT_MIN_MACS``;
+    where cuBLAS refuses a problem (or ``QUANTKIT_FP8_CUBLAS=0``) the Triton GEMM runs instead. Not offered
     at M ≤ 256: there the Triton GEMMs are within 0–15 % of it on the GPU, and a cuBLAS call costs the
     eager host 40–60 µs more than a replayed Triton launch (notes/fp8_block.md, round 3)."""
     return {"kernel": "cublas", "fuse_act_quant": False}
@@ -852,31 +853,65 @@ def default_config(M: int, N: int, K: int) -> dict:
     if M <= 16:
         # The Gluon decode kernel where it can run (sm_90; it falls back to the fused default
         # elsewhere): x quantized once instead of in every program (H100 sweep, notes/fp8_block.md).
+        if K % 128 == 0 and M > 8:
+            # Two 128-deep chunks a warp and trip, x loaded at use: 3-13 % ahead of one chunk on six shapes of
+            # other models at M = 16, and 8-row x tiles (two programs a weight tile) on narrow layers
+            # (notes/fp8_block.md, round 33).
+            return _decode(1, 4, dk=128, sub=2, xpf=False, bm=8 if N <= 1024 else 16)
         return _decode(1, 4, dk=128) if K % 128 == 0 else _decode(1, 4) if K % 64 == 0 else _fused_default(N)
+    if M <= 64 and K % 128 == 0 and (N <= 1024 or (N <= 2048 and M <= 32)):
+        # Narrow layers (k / v projections): the decode kernel with 2-4 x tiles a weight tile, N / 16
+        # weight tiles, against N / 64 GEMM tiles: 0.85-1.18x of bf16 where the GEMMs ran 0.57-0.74x
+        # at N = 512-2048, M = 17-64 on an H100 (notes/fp8_block.md, round 32). At N = 2048 past M = 32 the
+        # Gluon GEMM leads (2048², M = 64: 12.7 against 15.1 µs; round 33).
+        return _decode(1, 4, dk=128, sub=2, xpf=False)
+    return _gemm_default(M, N, K)
+
+
+# The SM count the heuristics size grids for (an H100's); the tuned tables replace them per GPU.
+_NUM_SMS = 132
+# From this many multiply-adds (2048 x 2048 x 4096) at M > 256 the default is cuBLAS's block-scaled GEMM:
+# 5-12 % ahead of the Gluon GEMM on four shapes of other models at M = 2048 on an H100 (notes/fp8_block.md,
+# round 33), where its 40-60 µs of extra host time a call hides behind the GPU's.
+_CUBLAS_DEFAULT_MIN_MACS = 1 << 34
+
+
+def _gemm_default(M: int, N: int, K: int) -> dict:
+    """:func:`default_config` without the decode kernel (what a ``decode`` config runs where that kernel cannot):
+    the stream kernel at M = 1, the fused default to M = 16, and the GEMMs above, sized to the SM count."""
+    if M <= 1:
+        return _stream(16, 1, 8, 3)
+    if M <= 16:
+        return _fused_default(N)
     if M <= 64:
-        if N <= 2048 and K % 128 == 0:
-            # Narrow layers (k / v projections): the decode kernel with 2-4 x tiles a weight tile, N / 16
-            # weight tiles, against N / 64 GEMM tiles: 0.85-1.18x of bf16 where the GEMMs ran 0.57-0.74x
-            # at N = 512-2048, M = 17-64 on an H100 (notes/fp8_block.md, round 32).
-            return _decode(1, 4, dk=128, sub=2, xpf=False)
-        return _gemm_default(M, N, K)
+        # The H100 sweep on six shapes of other models at M = 64 (notes/fp8_block.md, round 33): the Gluon GEMM's
+        # 64-wide tiles where two of them an SM cover N (split in two along K from K = 4096: 2048 x 8192 and
+        # 3584 x 18944 at 23.7 and 45.5 µs against 28.7 and 92.0 for the round-32 defaults), the swap kernel cut
+        # in two along K where N / 64 tiles fill one wave (5120 x 13824: 47.1 against 73.7 µs), and whole where
+        # they fill more (the H100 table's 14336 x 4096 entry).
+        tiles = ceil_div(N, 64)
+        if 2 * tiles <= _NUM_SMS:
+            return _gluon(128, 64, 8, 6, pdl=True, split_k=2 if K >= 4096 else 1)
+        return _swap(64, 64, 2, 4, 3, False, split_k=2 if tiles <= _NUM_SMS else 1, pdl=True)
     if M <= 256:
         # The Gluon GEMM with 64-wide tiles, launched while the quantization runs (its Triton tiled
         # fallback elsewhere): 4-21 % faster than the swap kernel's best at M = 128 on the Llama shapes
-        # and the lm_head (H100 sweep, notes/fp8_block.md, round 13).
-        return _gluon(128, 64, 8, 6, pdl=True)
+        # and the lm_head (H100 sweep, notes/fp8_block.md, round 13). Split in two along long K where the
+        # last wave is at most half full: 2048 x 8192 and 5120 x 13824 at M = 256 took 26.1 and 75.0 µs
+        # against 29.6 and 83.0 whole (round 33).
+        tiles = ceil_div(M, 128) * ceil_div(N, 64)
+        split = 2 if K >= 8192 and 0 < tiles % _NUM_SMS <= _NUM_SMS // 2 else 1
+        return _gluon(128, 64, 8, 6, pdl=True, split_k=split)
+    if _CUBLAS_ALLOWED and M * N * K >= _CUBLAS_DEFAULT_MIN_MACS:
+        return _cublas()  # (where cuBLAS refuses the problem, _own_gemm_default's GEMM runs)
     # The Gluon GEMM on sm_90 (its Triton tiled fallback elsewhere): 1.4-1.6x the tiled kernel.
     return _gluon(128, 128, 8, 4)
 
 
-def _gemm_default(M: int, N: int, K: int) -> dict:
-    """What a ``decode`` config runs where the decode kernel cannot: the fused default at 2 ≤ M ≤ 16, the swap
-    kernel to M = 64, :func:`default_config`'s GEMMs above."""
-    if 2 <= M <= 16:
-        return _fused_default(N)
-    if 16 < M <= 64:
-        return _swap(64, 64, 1, 4, 4, False)
-    return default_config(M, N, K)
+def _own_gemm_default(M: int, N: int, K: int) -> dict:
+    """:func:`default_config` with our own GEMM where it would pick cuBLAS's."""
+    config = default_config(M, N, K)
+    return _gluon(128, 128, 8, 4) if config["kernel"] == "cublas" else config
 
 
 def _fit_block(config: dict, block_size: int) -> dict:
@@ -1184,7 +1219,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     if m == 0 or n == 0:
         return torch.empty(m, n, dtype=x.dtype, device=x.device)
     if config["kernel"] == "cublas" and not _cublas_usable(x, m, n, k, bias, block_size):
-        config = _fit_block(default_config(m, n, k), block_size)
+        config = _fit_block(_own_gemm_default(m, n, k), block_size)
     if config["kernel"] == "decode":
         from quantkit.kernels import aq_decode_sm90
 
@@ -1244,7 +1279,7 @@ def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, y) -> bool:
 def _triton_gemm_config(m: int, n: int, k: int, block_size: int) -> dict:
     """The Triton GEMM to run on activations already quantized where a ``cublas`` or ``decode`` config
     cannot."""
-    config = default_config(m, n, k)
+    config = _own_gemm_default(m, n, k)
     if config["fuse_act_quant"] or config["kernel"] == "decode":
         config = _swap(64, 64, 1, 4, 4, False)
     return _fit_block(config, block_size)
@@ -1252,7 +1287,7 @@ def _triton_gemm_config(m: int, n: int, k: int, block_size: int) -> dict:
 
 # Problems cuBLAS refused once (by (M, N, K, dtype)): not asked again.
 _CUBLAS_REFUSED: set = set()
-# QUANTKIT_FP8_CUBLAS=0 keeps every GEMM our own (the default config replaces "cublas" entries).
+# QUANTKIT_FP8_CUBLAS=0 keeps every GEMM our own (_own_gemm_default replaces "cublas" entries and defaults).
 _CUBLAS_ALLOWED = os.environ.get("QUANTKIT_FP8_CUBLAS", "1") != "0" and hasattr(torch, "_scaled_mm")
 
 

@@ -37,13 +37,14 @@ Kernels (the reasoning, per-cell byte counts and predicted times are in notes/in
     With ``SPLIT_K`` > 1 the K range is split across programs that write float32 partials to a
     workspace [SPLIT_K, M, N] summed by ``_splitk_reduce_kernel`` (fixed order, adds the bias, casts).
   * The Gluon kernel of :mod:`quantkit.kernels.wo_gemm_sm90` (M > 16 on sm_90, ``{"kernel":
-    "tma_wgmma"}``, the default for 16 < M <= 256 and 512 <= M < 2048; at M <= 256 with few output
-    tiles, split-K by its stream-K pieces): TMA ring of x tiles and packed weight tiles,
+    "tma_wgmma"}``, the default past M = 16 but on narrow layers to M = 64 and the largest problems; with
+    few output tiles, split-K by its stream-K pieces): TMA ring of x tiles and packed weight tiles,
     each packed byte converted in registers to ((q0 - z)·s, (q1 - z)·s) rounded once to x.dtype (the
     numerics of ``SCALE_IN`` and ``dequant_mm``) straight into wgmma's register A operand, Y^T tiles.
     Needs bf16/fp16 x with scales of the same dtype, K % 32 == 0 and whole groups per K step;
     elsewhere ``_mma_kernel`` (M < 512) or ``dequant_mm`` runs instead.
-  * ``_dequant_kernel`` + cuBLAS (large M, ``{"kernel": "dequant_mm"}``, the default from M = 2048):
+  * ``_dequant_kernel`` + cuBLAS (large M, ``{"kernel": "dequant_mm"}``, the default from M = 4096 where
+    M·N·K >= 2^36, and where the Gluon kernel cannot run from M = 512):
     the weight is dequantized into a temporary [N, K] tensor of x.dtype ((q - z)·s rounded once, as
     ``SCALE_IN``) and ``F.linear`` runs the GEMM. Where the GEMM is compute-bound this costs the
     N·K/2 + 2·N·K bytes of one pass (~14 µs at 4096x4096 on an H100) and gets cuBLAS' tensor-core
@@ -600,8 +601,9 @@ _POW2_KEYS = {"small": ("BLOCK_N", "CHUNKS", "num_warps"), "gemv": ("BLOCK_N", "
               "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K"), "dequant_mm": ("BLOCK_N", "BLOCK_K"),
               "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), "decode": ("MT", "WK", "WM", "DK")}
 _TARGET_PROGRAMS = 256  # about two per SM on an H100 (132 SMs): enough to hide a tail
-_DEQUANT_MM_MIN_M = 512  # from here cuBLAS on a dequantized weight beats the in-loop dequantization
-_TMA_WGMMA_MAX_M = 2048  # below it (and from _DEQUANT_MM_MIN_M) the Gluon kernel, where it can run
+_DEQUANT_MM_MIN_M = 512  # where the Gluon kernel cannot run: from here cuBLAS on a dequantized weight, not the mma kernel
+_DEQUANT_MM_MIN_M_LARGE = 4096  # default_config: dequant_mm from here, for problems of at least _DEQUANT_MM_MIN_MACS
+_DEQUANT_MM_MIN_MACS = 1 << 36  # (4096³: ~0.2 ms of GPU time, where the path's ~90 µs of host time hides)
 
 
 def _small(bn, chunks, warps, stages) -> dict:
@@ -726,13 +728,13 @@ def _default_mma(M: int, N: int, K: int) -> dict:
     return _mma(128, 128, 64, 1, 8, 4, True)
 
 
-def _mid_tma_wgmma(M: int, N: int) -> dict:
+def _mid_tma_wgmma(M: int, N: int, K: int) -> dict:
     """The Gluon kernel for 16 < M <= 256 (:func:`quantkit.kernels.wo_gemm_sm90.mid_m_config`; BLOCK_K
     clamped to the group size at launch): on the H100 it took M = 128 from 0.78 / 0.96 / 0.77x of bf16
     (the Triton ``mma`` kernel) to 1.18-1.55x (notes/int4_weight_only.md, round 20)."""
     from quantkit.kernels.wo_gemm_sm90 import mid_m_config
 
-    return mid_m_config(M, N)
+    return mid_m_config(M, N, K)
 
 
 def _fallback_config(M: int, N: int, K: int) -> dict:
@@ -749,17 +751,24 @@ def default_config(M: int, N: int, K: int) -> dict:
         if M == 1:
             return _default_m1(N)
         return _small(64, 4, 4, 3) if N >= 8192 else _small(16, 4, 4, 4)
-    if M >= _DEQUANT_MM_MIN_M:
-        # The Gluon kernel (dequant_mm where it cannot run) wins where the dequantization pass is a
-        # large share of cuBLAS' time; from ~2K rows the pass is paid back (H100 sweep: 0.81-0.95x of
-        # dequant_mm's time at M = 1024, 1.03-1.18x at M = 4096).
-        return _tma_wgmma() if M < _TMA_WGMMA_MAX_M else _dequant_mm()
+    if M > 256:
+        # The Gluon kernel (the Triton kernel below _DEQUANT_MM_MIN_M and dequant_mm from it where it cannot
+        # run): its tiles as int8 weights' (wo_gemm_sm90.large_m_config). cuBLAS on a dequantized weight only
+        # for the largest problems: the dequantization pass is paid back from ~4K rows on the Llama shapes
+        # (H100 sweep: 1.03-1.18x of dequant_mm's time at M = 4096, round 5), but the path costs the host
+        # 86-109 µs a call, against 20-50 for one Gluon launch, and on shapes of other models the Gluon kernel
+        # led at M = 2048 by 3-6 % in three of four, level in the fourth (notes/int4_weight_only.md, round 33).
+        if M >= _DEQUANT_MM_MIN_M_LARGE and M * N * K >= _DEQUANT_MM_MIN_MACS:
+            return _dequant_mm()
+        from quantkit.kernels.wo_gemm_sm90 import large_m_config
+
+        return large_m_config(M, N, K)
     if M <= 64 and N <= 1024:
         # Narrow layers (k / v projections) in batched decoding: the small kernel in 16-row x tiles, N / 16
         # programs each, against the Gluon GEMM's N / 64 tiles: 1.02-1.23x of bf16 where the Gluon kernel ran
         # 0.83-1.05x at N = 512-1024, M = 17-64 on an H100 (notes/int4_weight_only.md, round 32)
         return _small(16, 4, 4, 4)
-    return _mid_tma_wgmma(M, N) if M <= 256 else _default_mma(M, N, K)
+    return _mid_tma_wgmma(M, N, K)
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:
@@ -793,7 +802,7 @@ def candidate_configs(M: int, N: int, K: int) -> list[dict]:
         # The Gluon kernel's tiles that led the H100 probe at M = 128 (notes/int4_weight_only.md, round 20);
         # the Triton kernel's configs, which the sweeps had shipped before, were 13-50 % behind at M = 128-256
         bm = 64 if M <= 64 else 128
-        cands = [_mid_tma_wgmma(M, N), _tma_wgmma(bm, 64, 128, 4, 4, stream_k=True),
+        cands = [_mid_tma_wgmma(M, N, K), _tma_wgmma(bm, 64, 128, 4, 4, stream_k=True),
                  _tma_wgmma(bm, 128, 128, 8, 4, stream_k=True), _tma_wgmma(bm, 64, 128, 4, 3),
                  _tma_wgmma(256, 128, 64, 8, 4, stream_k=True) if M > 128 else _tma_wgmma(bm, 128, 128, 8, 4)]
         if M <= 64:  # at M = 32 on 4096 x 4096 and 4096 x 14336 the Triton kernel still led (by 2-7 %)

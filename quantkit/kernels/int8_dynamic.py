@@ -665,36 +665,62 @@ def default_config(M: int, N: int, K: int) -> dict:
     if 2 <= M <= 16:
         # The Gluon decode kernel where it can run (sm_90; it falls back to the fused default
         # elsewhere): x quantized once instead of in every program (H100 sweep, notes/int8_dynamic.md).
+        if K % 128 == 0 and M > 8 and N <= 2048:
+            # Narrow layers: two chunks a warp and trip, x at use, 8-row x tiles (two programs a weight tile):
+            # 2048 x 2048 and 2048 x 8192 at M = 16 took 10.6 and 16.4 µs against 10.9 and 19.1 (H100 sweep,
+            # notes/int8_dynamic.md, round 33; wider layers kept one chunk, as the tuned 4096-wide entries do)
+            return _decode(1, 4, dk=128, sub=2, bm=8, xpf=False)
         return _decode(1, 4, dk=128) if K % 128 == 0 else _decode(1, 4) if K % 64 == 0 else _fused_default(N)
-    if 16 < M <= 64 and N <= 2048 and K % 128 == 0:
+    if 16 < M <= 64 and K % 128 == 0 and (N <= 1024 or (N <= 2048 and M <= 32)):
         # Narrow layers (k / v projections): the decode kernel with 2-4 x tiles a weight tile, N / 16 weight
         # tiles: 0.91-1.27x of bf16 where the two-pass GEMM ran 0.64-0.84x at N = 512-2048, M = 17-64 on an
-        # H100 (notes/int8_dynamic.md, round 32).
+        # H100 (notes/int8_dynamic.md, round 32). At N = 2048 past M = 32 the Gluon GEMM split in two along K
+        # leads (2048², M = 64: 13.7 against 14.7 µs; round 33).
         return _decode(1, 4, dk=128, sub=2, xpf=False)
     return _gemm_default(M, N, K)
 
 
 def _gemm_default(M: int, N: int, K: int) -> dict:
     """:func:`default_config` without the decode kernel (what a ``decode`` config runs where that kernel
-    cannot): the fused kernel at 2 <= M <= 16, the two-pass GEMMs above."""
+    cannot, and what :func:`gemm` runs): the fused kernel at 2 <= M <= 16, the two-pass GEMMs above."""
     if M == 1:
         return _gemv(16, 512, 4, 3)
     if M <= 16:
         return _fused_default(N)
+    tiles = ceil_div(M, 128) * ceil_div(N, 128)
+    if M <= 64:
+        # The H100 sweep on shapes of other models at M = 64 (notes/int8_dynamic.md, round 33) and the H100
+        # table's Llama entries: 128 x 128 tiles whole where they are many (14336 x 4096), cut in four along a
+        # long K (4096 x 14336, 3584 x 18944), else the Gluon GEMM's 64-wide tiles cut in two (2048 x 8192,
+        # 3584², 5120 x 13824: 22.4 / 18.1 / 55.9 µs against 26.3 / 19.4 / 58.4 for the round-32 defaults).
+        if tiles >= 96:
+            return _two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)
+        if K >= 3 * N and N > 2048:
+            return _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)
+        return _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2)
     if M <= 256:
         # >= ~100 programs, so that enough SMs pull the weight: 128 x 128 tiles where there are that
         # many (each x row and weight column is re-read from L2 N / 128 and M / 128 times), 64 x 64
-        # tiles for short K, split-K over 128 x 128 tiles for long K (notes: L2 traffic per cell).
-        tiles = ceil_div(M, 128) * ceil_div(N, 128)
+        # tiles for short K, split-K for long K where the tiles are few (notes: L2 traffic per cell).
+        # Round 33: the long-K split only up to 64 tiles (5120 x 13824, M = 256: 80 tiles, 64.4 µs on
+        # 64 x 64 tiles against 87.1 split), on the Gluon GEMM's 64-wide tiles (2048 x 8192: 26.3 against
+        # 28.5 µs for 128 x 128 tiles cut in four).
         if tiles >= 96:
             return _two_pass(128, 128, 128, 8, 4)
-        if K >= 8192:
-            return _two_pass(128, 128, 128, 8, 4, split_k=min(8, max(2, triton.next_power_of_2(128 // tiles))))
+        if K >= 8192 and tiles <= 64:
+            return _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2)
         return _two_pass(64, 64, 128, 4, 4)
+    if ceil_div(M, 128) * ceil_div(N, 256) * 2 < _NUM_SMS:
+        # Fewer 128 x 256 tiles than half the SMs (N = 512-3584 at M = 2048): 128 x 128 tiles on the
+        # warp-specialized Gluon GEMM, TMA stores (512 x 2048, M = 2048: 20.2 against 25.4 µs; round 33).
+        return _two_pass(128, 128, 128, 8, 5, mode="gluon_ws", epi="tma")
     # Four stages, not three: 5-10 % faster at M = 1024-4096 on every benchmark shape (H100 probe,
     # notes/int8_dynamic.md, round 10); 4 x 48 KB of operand tiles fit (the epilogue reuses them). The
     # Gluon GEMM on sm_90 (11-15 % faster than the Triton one, round 11); elsewhere "gluon" runs as "tma".
     return _two_pass(128, 256, 128, 8, 4, mode="gluon")
+
+
+_NUM_SMS = 132  # the SM count the heuristics size grids for (an H100's); the tuned tables replace them per GPU
 
 
 def _fused_default(N: int) -> dict:
@@ -937,7 +963,7 @@ def gemm(x_q: torch.Tensor, x_scale: torch.Tensor, weight_q: torch.Tensor, weigh
     if M == 0 or N == 0:
         return torch.empty((M, N), dtype=out_dtype, device=x_q.device)
     if config is None or config.get("kernel") != "two_pass":
-        config = default_config(max(M, 17), N, K)
+        config = _gemm_default(max(M, 17), N, K)
     _check_config(config)
     split = config["SPLIT_K"]
     if split == 1:

@@ -519,12 +519,15 @@ def default_config(M: int, N: int, K: int) -> dict:
         # 0.90 / 1.06 / 1.14x of bf16 (the Triton kernel) to 1.13-1.42x (notes/int8_weight_only.md, round 20)
         from quantkit.kernels.wo_gemm_sm90 import mid_m_config
 
-        return mid_m_config(M, N, _NUM_SMS_H100)
+        return mid_m_config(M, N, K, _NUM_SMS_H100)
     # The Gluon register-operand kernel (sm_90, 16-bit x, K % 16 == 0; mma_ss 256x128x64 elsewhere):
     # 1.6-1.8x faster than mma_ss and 1.2-1.3x faster than round 4's shared-operand Gluon kernels in
     # the H100 sweep. 256 x rows per tile: each converted weight
-    # fragment serves 256 rows (notes/int8_weight_only.md, round 5).
-    return _tma_wgmma_config(256, 128, 64, 8, 4)
+    # fragment serves 256 rows (notes/int8_weight_only.md, round 5). Persistent with stream-K where the
+    # last wave is at most half full (round 33).
+    from quantkit.kernels.wo_gemm_sm90 import large_m_config
+
+    return large_m_config(M, N, K, _NUM_SMS_H100)
 
 
 def candidate_configs(M: int, N: int, K: int) -> list[dict]:

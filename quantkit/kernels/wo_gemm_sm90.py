@@ -554,20 +554,41 @@ def check_config(cfg: dict, family: str, weight_bits: int = 8) -> None:
         bad("PERSISTENT and STREAM_K must be booleans")
 
 
-def mid_m_config(M: int, N: int, num_sms: int = 132) -> dict:
+def mid_m_config(M: int, N: int, K: int, num_sms: int = 132) -> dict:
     """The config for 16 < M <= 256 where no tuned entry exists (both weight widths; the H100's SM count
-    by default, as the other heuristics). Where 128-row weight tiles fill at least half the SMs, 128
-    weight rows a program (256 x rows past M = 128); else 64, and the few tiles cut along K (stream-K's
-    split). In the H100 sweep over M = 32-256 on the three Llama shapes, int8 and int4 (notes/int8_weight_only.md,
-    round 20), it was within 10 % of the best candidate in all 24 problems; the Triton kernel's default
-    was up to 3.1x slower from M = 64 on, and 5-9 % faster at M = 32 on the 4096-row shapes."""
+    by default, as the other heuristics). To M = 128: where 128-row weight tiles fill at least half the SMs,
+    128 weight rows a program; else 64, and the few tiles cut along K (stream-K's split). In the H100 sweep
+    over M = 32-256 on the three Llama shapes, int8 and int4 (notes/int8_weight_only.md, round 20), that
+    was within 10 % of the best candidate in all 24 problems.
+
+    Past M = 128, 256 x rows and 128 weight rows a tile where such tiles fill three quarters of the SMs or
+    where K is long (K >= 8192 and >= 2N: few tiles, each cut along K); else 128 x 64 tiles. The round-20
+    rule took 256 x 128 tiles from N = 4224 on, which left 40-64 tiles at 5120² and 8192 x 2048 (int4
+    41.5 / 28.4 µs against 37.0 / 23.6 for 128 x 64) and kept 3584 x 18944 on 128 x 64 (83.0 against
+    69.4 µs; notes/int4_weight_only.md, round 33)."""
     bm = 64 if M <= 64 else 128
     cfg = {"kernel": "tma_wgmma", "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4,
            "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
-    if 2 * ceil_div(N, 128) * ceil_div(M, bm) >= num_sms:
+    if M > 128:
+        big_tiles = ceil_div(M, 256) * ceil_div(N, 128)
+        if 4 * big_tiles >= 3 * num_sms or (K >= 8192 and K >= 2 * N):
+            cfg.update(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8)
+    elif 2 * ceil_div(N, 128) * ceil_div(M, bm) >= num_sms:
         cfg.update(BLOCK_N=128, num_warps=8)
-        if M > 128:
-            cfg.update(BLOCK_M=256, BLOCK_K=64)
+    return cfg
+
+
+def large_m_config(M: int, N: int, K: int, num_sms: int = 132) -> dict:
+    """The config for M > 256 where no tuned entry exists (both weight widths): 256 x rows and 128 weight
+    rows a tile, 64-deep K steps, 4 stages; persistent with the last wave cut along K where that wave is at
+    most half full (:func:`stream_k_split`), else one program a tile. In the H100 sweep on shapes of other
+    models (notes/int8_weight_only.md, round 33), the stream-K form took int8 weights at 3584 x 18944,
+    M = 4096 from 934.7 to 772.3 µs and 5120², M = 2048 from 171.0 to 152.0; where the last wave is
+    fuller, the plain grid was as fast or faster (the tuned Llama entries at M = 2048-4096)."""
+    cfg = {"kernel": "tma_wgmma", "BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
+           "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
+    if stream_k_split(M, N, K, cfg, num_sms) is None:
+        del cfg["PERSISTENT"], cfg["STREAM_K"]
     return cfg
 
 

@@ -52,10 +52,17 @@ def make_problem(m, n, k, g, dtype, device, scale_dtype=None, bias=False, symmet
 
 
 def ran(config, x, packed, scale, g):
-    """The config a call with ``config`` runs: a decode config falls back to the GEMV at M = 1 and the
+    """The config a call with ``config`` runs: a Gluon GEMM config falls back to ``_fallback_config`` where that
+    kernel cannot run, a decode config to the GEMV at M = 1 and the
     default small-M config above where the Gluon decode kernel cannot run, and carries the group size
     where it does (its numerics depend on it: groups smaller than its K chunk round the weight to
     x.dtype)."""
+    if config is not None and config["kernel"] == "tma_wgmma":
+        from quantkit.kernels import wo_gemm_sm90
+
+        if wo_gemm_sm90.usable_int4(x, packed, scale, g, config["BLOCK_K"]):
+            return config
+        return k4._fallback_config(x.shape[0], packed.shape[0], x.shape[1])  # (the mma kernel or dequant_mm)
     if config is None or config["kernel"] != "decode":
         return config
     from quantkit.kernels import wo_decode_sm90
@@ -346,18 +353,29 @@ def test_dequant_mm(kernel_device, m, dtype, bias):
     check_config_run(k4._dequant_mm(16, 64, 4), m, 70, 256, 32, dtype, kernel_device, bias=bias)
 
 
+def test_default_large_m_takes_dequant_mm_only_for_the_largest_problems():
+    """dequant_mm (cuBLAS on a dequantized weight, ~90 µs of host a call) from M = 4096 where M·N·K >= 2^36;
+    the Gluon kernel's large-M tiles elsewhere past M = 256, with stream-K where the last wave is short."""
+    assert k4.default_config(4096, 4096, 4096)["kernel"] == "dequant_mm"
+    assert k4.default_config(8192, 14336, 4096)["kernel"] == "dequant_mm"
+    for m, n, k in ((4096, 2048, 2048), (2048, 4096, 4096), (300, 14336, 4096), (2048, 512, 2048)):
+        config = k4.default_config(m, n, k)
+        assert config["kernel"] == "tma_wgmma" and (config["BLOCK_M"], config["BLOCK_N"]) == (256, 128), (m, n, k)
+    # 2048 x 512: 32 tiles, cut along K (stream-K's split); 2048 x 4096: 256 tiles, the last wave 124 of 132
+    assert k4.default_config(2048, 512, 2048).get("STREAM_K") and not k4.default_config(2048, 4096, 4096).get("STREAM_K")
+
+
 @pytest.mark.parametrize("m,n,k,g,dtype", [(1, 123, 256, 128, torch.bfloat16), (7, 50, 128, 32, torch.float16),
                                            (260, 36, 128, 64, torch.bfloat16), (1100, 24, 64, 32, torch.float16),
                                            (2100, 40, 128, 64, torch.bfloat16)])
 def test_default_configs(kernel_device, m, n, k, g, dtype):
     """config=None: the per-M dispatch (at M = 1 the DIAG decode programs, the GEMV where they cannot run,
-    e.g. on the CPU; the small kernel to 16, tiles above, the Gluon kernel from 512
-    rows (dequantize + GEMM where it cannot run), dequantize + GEMM from 2048)."""
+    e.g. on the CPU; the small kernel to 16, the Gluon kernel above: where it cannot run, the mma kernel below
+    512 rows and dequantize + GEMM from there)."""
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True, symmetric=m == 7)
     y = k4.linear(x, packed, scale, zero, b, g)
     config = k4.default_config(m, n, k)
-    assert config["kernel"] == ("decode" if m == 1 else "small" if m <= 16 else "dequant_mm" if m >= 2048
-                                else "tma_wgmma" if m >= 512 else "mma")
+    assert config["kernel"] == ("decode" if m == 1 else "small" if m <= 16 else "tma_wgmma")
     config = ran(config, x, packed, scale, g)
     wdt = dtype if rounds_weight(config, x) else torch.float32
     assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}", tc_steps(config, k))

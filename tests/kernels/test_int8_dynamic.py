@@ -261,13 +261,14 @@ def test_gemm_matches_reference(kernel_device, out_dtype):
 
 
 @pytest.mark.parametrize("m,k,kind", [(1, 96, "gemv"), (7, 96, "stream"), (16, 96, "stream"), (40, 96, "two_pass"),
-                                      (40, 8200, "two_pass"), (300, 96, "two_pass")])
+                                      (40, 8200, "two_pass"), (100, 96, "two_pass"), (100, 8200, "two_pass"),
+                                      (300, 96, "two_pass")])
 def test_default_dispatch_by_m(kernel_device, m, k, kind):
-    """Each M range's default branch runs and is right (config=None takes it on the CPU); long K at
-    small M takes split-K."""
+    """Each M range's default branch runs and is right (config=None takes it on the CPU); split-K at
+    16 < M <= 64, and to M = 256 along a long K where the tiles are few."""
     n = 70
     assert ik.default_config(m, n, k)["kernel"] == kind
-    assert (ik.default_config(m, n, k).get("SPLIT_K", 1) > 1) == (k > 8192)
+    assert (ik.default_config(m, n, k).get("SPLIT_K", 1) > 1) == (16 < m <= 64 or (m <= 256 and k > 8192))
     x, weight_q, weight_scale, b = make_problem(m, n, k, torch.bfloat16, True, kernel_device)
     if kernel_device == "cpu":
         y = ik.linear(x, weight_q, weight_scale, b)

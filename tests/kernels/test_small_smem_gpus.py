@@ -44,6 +44,9 @@ def _record_default_launches():
             if isinstance(getattr(mod, name), CachedKernel):
                 setattr(mod, name, Recorder(getattr(mod, name)))
     I._INTERPRET = Q._INTERPRET = True  # (only lets their input checks take CPU tensors)
+    # int8-dynamic asks the device whether it has TMA (and programmatic dependent launch): an sm_89 GPU says no
+    # (the CPU's answer is the interpreter's, yes), so its TMA GEMMs and PDL launches are not recorded
+    I._device_facts = lambda index: (False, 128)
 
     n = k = 4096
     w = (torch.randn(n, k) * 0.02).to(torch.bfloat16)
