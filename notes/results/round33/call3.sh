@@ -14,6 +14,7 @@ echo "bench rc=$?"
 timeout 270 python -m pytest -q -p no:cacheprovider -m gpu -n 12 tests/kernels/test_fp8_block.py \
   tests/kernels/test_int8_dynamic.py tests/kernels/test_int8_weight_only.py tests/kernels/test_int4_weight_only.py \
   tests/kernels/test_f8_gemm_sm90.py tests/kernels/test_i8_gemm_sm90.py tests/kernels/test_tuning.py \
+  tests/kernels/test_wo_gemm_sm90.py tests/kernels/test_aq_decode_sm90.py \
   > $OUT/r/gpu_tests_families.log 2>&1
 echo "tests rc=$? $(tail -n 1 $OUT/r/gpu_tests_families.log)"
 grep -E "FAILED|Error" $OUT/r/gpu_tests_families.log | head -20
