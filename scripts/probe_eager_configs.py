@@ -6,7 +6,7 @@ what it wins on the GPU. For each config: the tuned-config memo is pointed at it
 ``linear`` runs it (first call, recorded call, replays), then eager ``do_bench`` (warmup 25, rep 100, as
 ``bench layers``), the CUDA-graph GPU time and the host µs per call; two rounds in alternating order.
 
-    PYTHONPATH=. python scripts/probe_eager_configs.py [fp8|fp8m|fp8d|int4|int8|int8d] [M,M,...] [NxK ...]
+    PYTHONPATH=. python scripts/probe_eager_configs.py [SET (a key of CONFIGS)] [M,M,...] [NxK ...]
 
 ``int8`` (int8-dynamic at M = 64-128): the Triton pointer GEMM with split-K 4, which round 20 put back at 4096²
 because the Gluon GEMM's split-K launches then cost the host too much eagerly, against that Gluon config.
@@ -56,6 +56,15 @@ CONFIGS = {
     "wo8k": (W8, "int8_weight_only", [None, W8._stream_config(16, 512, 4, 4), _MID_WO_BEFORE]),
     "int4k": (Q, "int4_weight_only", [None, Q._small(16, 4, 4, 4), _MID_WO_BEFORE]),
     "int4": (Q, "int4_weight_only", [Q._dequant_mm(), Q._tma_wgmma(persistent=True), Q._tma_wgmma()]),
+    # round 33, shapes no table holds (None: the default): the weight-only families at 128 < M <= 256, 256 x 128
+    # tiles against 128 x 64 (both persistent, stream-K); fp8-block at M > 256, cuBLAS against the Gluon GEMM;
+    # int8-dynamic at 16 < M <= 64, against the round-32 defaults there (64 x 64 tiles, 128 x 128 split in two)
+    "wo8m": (W8, "int8_weight_only", [None, W8._tma_wgmma_config(256, 128, 64, 8, 4, stream_k=True),
+                                      W8._tma_wgmma_config(128, 64, 128, 4, 4, stream_k=True)]),
+    "int4m": (Q, "int4_weight_only", [None, Q._tma_wgmma(256, 128, 64, 8, 4, stream_k=True),
+                                      Q._tma_wgmma(128, 64, 128, 4, 4, stream_k=True)]),
+    "fp8l": (F, "fp8_block", [None, F._cublas(), F._gluon(128, 128, 8, 4)]),
+    "int8m": (I, "int8_dynamic", [None, I._two_pass(64, 64, 128, 4, 4), I._two_pass(128, 128, 128, 8, 4, split_k=2)]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
                                  I._two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)]),

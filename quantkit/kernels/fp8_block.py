@@ -870,10 +870,11 @@ def default_config(M: int, N: int, K: int) -> dict:
 
 # The SM count the heuristics size grids for (an H100's); the tuned tables replace them per GPU.
 _NUM_SMS = 132
-# From this many multiply-adds (2048 x 2048 x 4096) at M > 256 the default is cuBLAS's block-scaled GEMM:
-# 5-12 % ahead of the Gluon GEMM on four shapes of other models at M = 2048 on an H100 (notes/fp8_block.md,
-# round 33), where its 40-60 µs of extra host time a call hides behind the GPU's.
-_CUBLAS_DEFAULT_MIN_MACS = 1 << 34
+# From this many multiply-adds (4096³) at M > 256 the default is cuBLAS's block-scaled GEMM: 5-12 % ahead of the
+# Gluon GEMM on the GPU on four shapes of other models at M = 2048 on an H100, and eagerly 1.41-1.57x of bf16
+# against 1.30-1.47x from 2048 x 3584 x 18944 up; below, its extra host time a call showed (3584², M = 2048: 0.70x
+# eagerly against 1.16x; notes/fp8_block.md, round 33).
+_CUBLAS_DEFAULT_MIN_MACS = 1 << 36
 
 
 def _gemm_default(M: int, N: int, K: int) -> dict:

@@ -710,10 +710,6 @@ def _gemm_default(M: int, N: int, K: int) -> dict:
         if K >= 8192 and tiles <= 64:
             return _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2)
         return _two_pass(64, 64, 128, 4, 4)
-    if ceil_div(M, 128) * ceil_div(N, 256) * 2 < _NUM_SMS:
-        # Fewer 128 x 256 tiles than half the SMs (N = 512-3584 at M = 2048): 128 x 128 tiles on the
-        # warp-specialized Gluon GEMM, TMA stores (512 x 2048, M = 2048: 20.2 against 25.4 µs; round 33).
-        return _two_pass(128, 128, 128, 8, 5, mode="gluon_ws", epi="tma")
     # Four stages, not three: 5-10 % faster at M = 1024-4096 on every benchmark shape (H100 probe,
     # notes/int8_dynamic.md, round 10); 4 x 48 KB of operand tiles fit (the epilogue reuses them). The
     # Gluon GEMM on sm_90 (11-15 % faster than the Triton one, round 11); elsewhere "gluon" runs as "tma".

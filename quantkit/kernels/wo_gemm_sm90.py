@@ -561,17 +561,18 @@ def mid_m_config(M: int, N: int, K: int, num_sms: int = 132) -> dict:
     over M = 32-256 on the three Llama shapes, int8 and int4 (notes/int8_weight_only.md, round 20), that
     was within 10 % of the best candidate in all 24 problems.
 
-    Past M = 128, 256 x rows and 128 weight rows a tile where such tiles fill three quarters of the SMs or
-    where K is long (K >= 8192 and >= 2N: few tiles, each cut along K); else 128 x 64 tiles. The round-20
-    rule took 256 x 128 tiles from N = 4224 on, which left 40-64 tiles at 5120² and 8192 x 2048 (int4
-    41.5 / 28.4 µs against 37.0 / 23.6 for 128 x 64) and kept 3584 x 18944 on 128 x 64 (83.0 against
-    69.4 µs; notes/int4_weight_only.md, round 33)."""
+    Past M = 128, 256 x rows and 128 weight rows a tile where such tiles fill 70 % of the SMs, or where K is
+    long (>= 8192) and there are at least 24 of them; else 128 x 64 tiles. The round-20 rule took 256 x 128
+    tiles from N = 4224 on, which left 40-64 tiles at 5120² and 8192 x 2048 (int4 41.5 / 28.4 µs against
+    37.0 / 23.6 for 128 x 64) and kept 3584 x 18944 on 128 x 64 (83.0 against 69.4 µs); big tiles on a long K
+    at 2048 x 8192 (16 tiles) and small ones at 8192² and 12288 x 4096 were slower (notes/int4_weight_only.md,
+    round 33)."""
     bm = 64 if M <= 64 else 128
     cfg = {"kernel": "tma_wgmma", "BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4,
            "num_stages": 4, "PERSISTENT": True, "STREAM_K": True}
     if M > 128:
         big_tiles = ceil_div(M, 256) * ceil_div(N, 128)
-        if 4 * big_tiles >= 3 * num_sms or (K >= 8192 and K >= 2 * N):
+        if 10 * big_tiles >= 7 * num_sms or (K >= 8192 and big_tiles >= 24):
             cfg.update(BLOCK_M=256, BLOCK_N=128, BLOCK_K=64, num_warps=8)
     elif 2 * ceil_div(N, 128) * ceil_div(M, bm) >= num_sms:
         cfg.update(BLOCK_N=128, num_warps=8)
