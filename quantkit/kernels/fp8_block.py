@@ -761,7 +761,7 @@ def _gluon(bm, bn, warps, stages, group_m=8, pdl=False, epi="rows", split_k=1) -
 def _cublas() -> dict:
     """The activation quantization kernel, then cuBLAS's block-scaled fp8 GEMM (``torch._scaled_mm``
     with 1×128 / 128×128 scales: sm_90 and newer, torch ≥ 2.9). A sweep candidate for M > 256, picked
-    where it measures faster, and the default there for problems of at least ``_CUBLAS_DEFAULT_MIN_MACS``;
+    where it measures faster, and the default there for large problems with a long K (``_gemm_default``);
     where cuBLAS refuses a problem (or ``QUANTKIT_FP8_CUBLAS=0``) the Triton GEMM runs instead. Not offered
     at M ≤ 256: there the Triton GEMMs are within 0–15 % of it on the GPU, and a cuBLAS call costs the
     eager host 40–60 µs more than a replayed Triton launch (notes/fp8_block.md, round 3)."""
@@ -870,11 +870,14 @@ def default_config(M: int, N: int, K: int) -> dict:
 
 # The SM count the heuristics size grids for (an H100's); the tuned tables replace them per GPU.
 _NUM_SMS = 132
-# From this many multiply-adds (4096³) at M > 256 the default is cuBLAS's block-scaled GEMM: 5-12 % ahead of the
-# Gluon GEMM on the GPU on four shapes of other models at M = 2048 on an H100, and eagerly 1.41-1.57x of bf16
-# against 1.30-1.47x from 2048 x 3584 x 18944 up; below, its extra host time a call showed (3584², M = 2048: 0.70x
-# eagerly against 1.16x; notes/fp8_block.md, round 33).
-_CUBLAS_DEFAULT_MIN_MACS = 1 << 36
+# At M > 256 the default is cuBLAS's block-scaled GEMM from this many multiply-adds (2048 x 4096²) where K is at
+# least _CUBLAS_DEFAULT_MIN_K. Eagerly through the layer on an H100 at M = 2048 (three rounds), on shapes of other
+# models: 1.19 / 1.33 / 1.32 / 1.46x of bf16 against the Gluon GEMM's 1.09 / 1.25 / 1.22 / 1.36x at 2048 x 8192,
+# 5120², 4096 x 12288 and 5120 x 13824; behind it where K is short or the problem small, where its 60-100 µs of
+# host time a call (the Gluon GEMM's: 25-38) shows: 8192 x 2048 1.10 against 1.26x, 3584² 1.09 against 1.18x
+# (notes/fp8_block.md, round 33).
+_CUBLAS_DEFAULT_MIN_MACS = 1 << 35
+_CUBLAS_DEFAULT_MIN_K = 4096
 
 
 def _gemm_default(M: int, N: int, K: int) -> dict:
@@ -903,7 +906,7 @@ def _gemm_default(M: int, N: int, K: int) -> dict:
         tiles = ceil_div(M, 128) * ceil_div(N, 64)
         split = 2 if K >= 8192 and 0 < tiles % _NUM_SMS <= _NUM_SMS // 2 else 1
         return _gluon(128, 64, 8, 6, pdl=True, split_k=split)
-    if _CUBLAS_ALLOWED and M * N * K >= _CUBLAS_DEFAULT_MIN_MACS:
+    if _CUBLAS_ALLOWED and M * N * K >= _CUBLAS_DEFAULT_MIN_MACS and K >= _CUBLAS_DEFAULT_MIN_K:
         return _cublas()  # (where cuBLAS refuses the problem, _own_gemm_default's GEMM runs)
     # The Gluon GEMM on sm_90 (its Triton tiled fallback elsewhere): 1.4-1.6x the tiled kernel.
     return _gluon(128, 128, 8, 4)

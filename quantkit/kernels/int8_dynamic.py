@@ -691,12 +691,16 @@ def _gemm_default(M: int, N: int, K: int) -> dict:
     if M <= 64:
         # The H100 sweep on shapes of other models at M = 64 (notes/int8_dynamic.md, round 33) and the H100
         # table's Llama entries: 128 x 128 tiles whole where they are many (14336 x 4096), cut in four along a
-        # long K (4096 x 14336, 3584 x 18944), else the Gluon GEMM's 64-wide tiles cut in two (2048 x 8192,
-        # 3584², 5120 x 13824: 22.4 / 18.1 / 55.9 µs against 26.3 / 19.4 / 58.4 for the round-32 defaults).
+        # long K (4096 x 14336, 3584 x 18944); 64 x 64 tiles where 80 or more of them cover N at K <= 8192
+        # (eagerly 1.08-1.27x of bf16 at 5120², 8192 x 2048 and 8192², against 1.02-1.18x for the next rule);
+        # else the Gluon GEMM's 64-wide tiles cut in two (2048 x 8192, 3584², 5120 x 13824: 22.4 / 18.1 / 55.9
+        # µs against 26.3 / 19.4 / 58.4 for the round-32 defaults).
         if tiles >= 96:
             return _two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)
         if K >= 3 * N and N > 2048:
             return _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)
+        if ceil_div(M, 64) * ceil_div(N, 64) >= 80 and K <= 8192:
+            return _two_pass(64, 64, 128, 4, 4)
         return _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2)
     if M <= 256:
         # >= ~100 programs, so that enough SMs pull the weight: 128 x 128 tiles where there are that

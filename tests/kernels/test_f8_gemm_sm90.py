@@ -78,12 +78,13 @@ def test_candidates_compile_for_sm90():
     run_sm90_check("from tests.kernels.test_f8_gemm_sm90 import _check_main; _check_main()")
 
 
-def test_default_at_large_m_is_the_gluon_gemm_below_the_cublas_size():
-    assert fk.default_config(1024, 2048, 4096)["kernel"] == "gluon"  # 2^33 multiply-adds
-    assert fk.default_config(1024, 4096, 4096)["kernel"] == ("cublas" if fk._CUBLAS_ALLOWED else "gluon")
+def test_default_at_large_m_is_the_gluon_gemm_but_for_large_problems_with_a_long_k():
+    assert fk.default_config(1024, 4096, 4096)["kernel"] == "gluon"  # 2^34 multiply-adds
+    assert fk.default_config(2048, 8192, 2048)["kernel"] == "gluon"  # 2^35, a short K
+    assert fk.default_config(2048, 4096, 4096)["kernel"] == ("cublas" if fk._CUBLAS_ALLOWED else "gluon")
     # where cuBLAS cannot run (or is switched off), our own GEMM of the same size
-    assert fk._own_gemm_default(1024, 4096, 4096)["kernel"] == "gluon"
-    assert fk._triton_gemm_config(1024, 4096, 4096, 128)["kernel"] == "gluon"
+    assert fk._own_gemm_default(2048, 4096, 4096)["kernel"] == "gluon"
+    assert fk._triton_gemm_config(2048, 4096, 4096, 128)["kernel"] == "gluon"
 
 
 def test_gluon_config_checks():
