@@ -756,8 +756,8 @@ def default_config(M: int, N: int, K: int) -> dict:
         # run): its tiles as int8 weights' (wo_gemm_sm90.large_m_config). cuBLAS on a dequantized weight only
         # for the largest problems: the dequantization pass is paid back from ~4K rows on the Llama shapes
         # (H100 sweep: 1.03-1.18x of dequant_mm's time at M = 4096, round 5), but the path costs the host
-        # 86-109 µs a call, against 20-50 for one Gluon launch, and on shapes of other models the Gluon kernel
-        # led at M = 2048 by 3-6 % in three of four, level in the fourth (notes/int4_weight_only.md, round 33).
+        # 86-109 µs a call, against 20-50 for one Gluon launch: on 13 shapes of other models at M = 2048 the
+        # Gluon kernel ran 0.89-0.97x of bf16 eagerly, dequant_mm 0.57-0.90x (notes/int4_weight_only.md, round 33).
         if M >= _DEQUANT_MM_MIN_M_LARGE and M * N * K >= _DEQUANT_MM_MIN_MACS:
             return _dequant_mm()
         from quantkit.kernels.wo_gemm_sm90 import large_m_config
