@@ -601,7 +601,7 @@ _POW2_KEYS = {"small": ("BLOCK_N", "CHUNKS", "num_warps"), "gemv": ("BLOCK_N", "
               "mma": ("BLOCK_M", "BLOCK_N", "BLOCK_K"), "dequant_mm": ("BLOCK_N", "BLOCK_K"),
               "tma_wgmma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"), "decode": ("MT", "WK", "WM", "DK")}
 _TARGET_PROGRAMS = 256  # about two per SM on an H100 (132 SMs): enough to hide a tail
-_DEQUANT_MM_MIN_M = 512  # where the Gluon kernel cannot run: from here cuBLAS on a dequantized weight, not the mma kernel
+_DEQUANT_MM_MIN_M = 512  # where the Gluon kernel cannot run: from here dequant_mm, not the mma kernel
 _DEQUANT_MM_MIN_M_LARGE = 4096  # default_config: dequant_mm from here, for problems of at least _DEQUANT_MM_MIN_MACS
 _DEQUANT_MM_MIN_MACS = 1 << 36  # (4096³: ~0.2 ms of GPU time, where the path's ~90 µs of host time hides)
 

@@ -362,7 +362,8 @@ def test_default_large_m_takes_dequant_mm_only_for_the_largest_problems():
         config = k4.default_config(m, n, k)
         assert config["kernel"] == "tma_wgmma" and (config["BLOCK_M"], config["BLOCK_N"]) == (256, 128), (m, n, k)
     # 2048 x 512: 32 tiles, cut along K (stream-K's split); 2048 x 4096: 256 tiles, the last wave 124 of 132
-    assert k4.default_config(2048, 512, 2048).get("STREAM_K") and not k4.default_config(2048, 4096, 4096).get("STREAM_K")
+    assert k4.default_config(2048, 512, 2048).get("STREAM_K")
+    assert not k4.default_config(2048, 4096, 4096).get("STREAM_K")
 
 
 @pytest.mark.parametrize("m,n,k,g,dtype", [(1, 123, 256, 128, torch.bfloat16), (7, 50, 128, 32, torch.float16),

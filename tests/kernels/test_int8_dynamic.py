@@ -248,11 +248,13 @@ def test_linear_matches_reference(kernel_device, variant, dtype, mnk, bias):
     assert_scaled_close(y, reference_linear32(x, weight_q, weight_scale, b), f"{variant} {dtype} {mnk}")
 
 
-@pytest.mark.parametrize("out_dtype", DTYPES)
-def test_gemm_matches_reference(kernel_device, out_dtype):
-    x = torch.randn(6, 200, device=kernel_device)
+@pytest.mark.parametrize("out_dtype,k", [(dtype, 200) for dtype in DTYPES] + [(torch.bfloat16, 256)])
+def test_gemm_matches_reference(kernel_device, out_dtype, k):
+    """``gemm`` on codes already quantized; K = 256 on a narrow layer is where the layer's default is the decode
+    kernel, which ``gemm`` does not run (it takes the two-pass GEMM's default)."""
+    x = torch.randn(6, k, device=kernel_device)
     x_q, x_scale = R.quantize_act_int8_per_token(x)
-    weight_q, weight_scale = R.quantize_weight_int8_per_channel(torch.randn(90, 200, device=kernel_device) * 0.02)
+    weight_q, weight_scale = R.quantize_weight_int8_per_channel(torch.randn(90, k, device=kernel_device) * 0.02)
     b = torch.randn(90, device=kernel_device, dtype=torch.bfloat16)
     y = ik.gemm(x_q, x_scale, weight_q, weight_scale, b, out_dtype)
     assert y.dtype == out_dtype
