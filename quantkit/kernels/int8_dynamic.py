@@ -720,9 +720,6 @@ def _gemm_default(M: int, N: int, K: int) -> dict:
     return _two_pass(128, 256, 128, 8, 4, mode="gluon")
 
 
-_NUM_SMS = 132  # the SM count the heuristics size grids for (an H100's); the tuned tables replace them per GPU
-
-
 def _fused_default(N: int) -> dict:
     """M <= 16 in one launch. Every program quantizes the x rows it multiplies. At N = 4096, 32-row
     weight tiles with the K of a step split over the warps and 8 x rows a program (256 programs, each
