@@ -64,6 +64,10 @@ CONFIGS = {
     "int4m": (Q, "int4_weight_only", [None, Q._tma_wgmma(256, 128, 64, 8, 4, stream_k=True),
                                       Q._tma_wgmma(128, 64, 128, 4, 4, stream_k=True)]),
     "fp8l": (F, "fp8_block", [None, F._cublas(), F._gluon(128, 128, 8, 4)]),
+    # fp8-block at 16 < M <= 64 on wide layers (more N / 64 tiles than SMs): the default (2 K blocks a step, 3 stages,
+    # PDL) against round 32's default (1 K block, 4 stages) with and without PDL, and without PDL itself
+    "fp8w": (F, "fp8_block", [None, F._swap(64, 64, 1, 4, 4, False), F._swap(64, 64, 1, 4, 4, False, pdl=True),
+                              F._swap(64, 64, 2, 4, 3, False)]),
     "int8m": (I, "int8_dynamic", [None, I._two_pass(64, 64, 128, 4, 4), I._two_pass(128, 128, 128, 8, 4, split_k=2)]),
     "int8": (I, "int8_dynamic", [I._two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4),
                                  I._two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2),
