@@ -892,10 +892,14 @@ def _gemm_default(M: int, N: int, K: int) -> dict:
         # 64-wide tiles where two of them an SM cover N (split in two along K from K = 4096: 2048 x 8192 and
         # 3584 x 18944 at 23.7 and 45.5 µs against 28.7 and 92.0 for the round-32 defaults), the swap kernel cut
         # in two along K where N / 64 tiles fill one wave (5120 x 13824: 47.1 against 73.7 µs), and whole where
-        # they fill more (the H100 table's 14336 x 4096 entry).
+        # they fill more (the H100 table's 14336 x 4096 entry) — there one K block a step where K < 4096 (18944 x 3584:
+        # 1.53x of bf16 eagerly against 1.38x for two; two led by 5-25 % at 12288 x 4096, 13824 x 5120 and
+        # 28672 x 8192; round 33, call 9).
         tiles = ceil_div(N, 64)
         if 2 * tiles <= _NUM_SMS:
             return _gluon(128, 64, 8, 6, pdl=True, split_k=2 if K >= 4096 else 1)
+        if tiles > _NUM_SMS and K < 4096:
+            return _swap(64, 64, 1, 4, 4, False, pdl=True)
         return _swap(64, 64, 2, 4, 3, False, split_k=2 if tiles <= _NUM_SMS else 1, pdl=True)
     if M <= 256:
         # The Gluon GEMM with 64-wide tiles, launched while the quantization runs (its Triton tiled

@@ -234,6 +234,19 @@ def test_default_dispatch_by_m(kernel_device, m):
     check_linear(x, weight_q, weight_scale, b, f"default config, M={m}")
 
 
+def test_default_gemm_at_17_to_64_rows_follows_the_tile_count():
+    """Past M = 16 the decode kernel on narrow layers only; then by N / 64 tiles against 132 SMs: the Gluon GEMM where
+    two tiles an SM cover N (split in two from K = 4096), the swap kernel split in two to one wave, whole past it
+    (one K block a step where K < 4096)."""
+    assert fk.default_config(64, 1024, 4096)["kernel"] == "decode"
+    assert fk.default_config(32, 2048, 4096)["kernel"] == "decode"
+    cases = {(64, 2048, 2048): ("gluon", 1, None), (64, 3584, 18944): ("gluon", 2, None),
+             (64, 5120, 13824): ("swap", 2, 2), (64, 12288, 4096): ("swap", 1, 2), (64, 18944, 3584): ("swap", 1, 1)}
+    for (m, n, k), (kind, split, groups) in cases.items():
+        config = fk.default_config(m, n, k)
+        assert (config["kernel"], config.get("SPLIT_K", 1), config.get("GROUPS")) == (kind, split, groups), (m, n, k)
+
+
 @pytest.mark.parametrize("split,groups,k,want", [(2, 1, 1024, 2), (4, 1, 1000, 4), (2, 2, 2048, 2), (16, 1, 1024, 8),
                                                  (2, 1, 640, 1)])
 @pytest.mark.parametrize("dtype", DTYPES)
