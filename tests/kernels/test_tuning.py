@@ -308,6 +308,13 @@ def test_pick_config_breaks_gpu_time_ties_by_eager_time():
     assert tuning.pick_config([(0.0386, a), (0.0390, a)], eager_ms)[:2] == (0.0386, a) and calls == []
 
 
+def test_the_default_reuses_its_candidate_time():
+    """A default that is one of the candidates takes that candidate's time (not a second timing after the others)."""
+    a, b = {"kernel": "a", "X": 1}, {"kernel": "b"}
+    assert tuning.candidate_time({"X": 1, "kernel": "a"}, [(0.02, b), (0.01, a)]) == 0.01
+    assert tuning.candidate_time({"kernel": "c"}, [(0.02, b), (0.01, a)]) is None
+
+
 @pytest.mark.gpu
 def test_gpu_sweep_writes_as_it_goes_and_resumes(tmp_path):
     """The sweep CLI on a small problem: the output records the GPU, its capability and SM count, a best
@@ -323,6 +330,12 @@ def test_gpu_sweep_writes_as_it_goes_and_resumes(tmp_path):
     timed = [t["config"] for t in row["timings"]]
     assert row["config"] in timed and row["ms"] <= min(t["ms"] for t in row["timings"]) * (1 + tuning.EAGER_TIE)
     assert 0 < row["dense_ms"] < 1  # the bf16 F.linear beside it, timed
+    # the default carries its first timing: a candidate's where it is one (not a second timing after the others)
+    assert row["default_ms"] == next(t["ms"] for t in row["timings"] if t["config"] == row["default"])
+    from quantkit.kernels import int8_weight_only
+
+    listed = int8_weight_only.candidate_configs(1, 1024, 4096)
+    assert sum(t["config"] == row["default"] for t in row["timings"]) == max(1, listed.count(row["default"]))
     tuning.main(["--family", "int8_weight_only", "--shapes", "1024x4096", "--m", "1,16", "--resume",
                  "--out", str(out)])
     second = json.loads(out.read_text())["families"]["int8_weight_only"]
