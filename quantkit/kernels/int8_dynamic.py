@@ -699,7 +699,7 @@ def _gemm_default(M: int, N: int, K: int) -> dict:
             return _two_pass(128, 128, 128, 8, 4, mode="gluon", pdl=True)
         if K >= 3 * N and N > 2048:
             return _two_pass(128, 128, 128, 8, 4, pdl=True, split_k=4)
-        if ceil_div(M, 64) * ceil_div(N, 64) >= 80 and K <= 8192:
+        if ceil_div(N, 64) >= 80 and K <= 8192:
             return _two_pass(64, 64, 128, 4, 4)
         return _two_pass(128, 64, 128, 8, 6, mode="gluon", pdl=True, split_k=2)
     if M <= 256:
