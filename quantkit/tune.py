@@ -89,9 +89,9 @@ def _summary(name: str, family: str, rows: dict, shipped: dict) -> str:
         if row["config"] == old:
             continue
         changed += 1
-        old_ms = [t["ms"] for t in row.get("timings", []) if t["config"] == old]
+        old_ms = tuning.row_config_ms(row, old)
         if old_ms:
-            gains.append(1 - row["ms"] / min(old_ms))
+            gains.append(1 - row["ms"] / old_ms)
     text = f"{name}: {len(rows)} problems; {changed} now run another config than before"
     if gains:
         text += (f" (by the sweep's GPU times {statistics.median(gains) * 100:+.1f} % median, "

@@ -1253,7 +1253,7 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
     if config["kernel"] == "cublas":
         if _try_cublas(x_q, x_s, weight_q, weight_scale, bias, y):
             return y
-        config = _triton_gemm_config(m, n, k, block_size)  # (no split-K partials: _triton_gemm_config)
+        config = _triton_gemm_config(m, n, k, block_size)  # (split-K partials, if any, allocated by _run_gemm)
     return _run_gemm(x_q, x_s, 1, m, weight_q, weight_scale, bias, y, block_size, config, False, ue8m0, pdl,
                      partials)
 
@@ -1285,10 +1285,13 @@ def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, y) -> bool:
 
 
 def _triton_gemm_config(m: int, n: int, k: int, block_size: int) -> dict:
-    """The Triton GEMM to run on activations already quantized where a ``cublas`` or ``decode`` config
-    cannot."""
-    config = _own_gemm_default(m, n, k)
-    if config["fuse_act_quant"] or config["kernel"] == "decode":
+    """Our own GEMM on activations already quantized, where a ``cublas`` or ``decode`` config cannot run: what
+    ``linear`` runs there (:func:`_gemm_default`), with the Gluon GEMM for cuBLAS and the swap kernel where the
+    default quantizes x itself (M <= 16)."""
+    config = _gemm_default(m, n, k)
+    if config["kernel"] == "cublas":
+        config = _gluon(128, 128, 8, 4)
+    if config["fuse_act_quant"]:
         config = _swap(64, 64, 1, 4, 4, False)
     return _fit_block(config, block_size)
 

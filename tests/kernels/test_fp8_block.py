@@ -245,6 +245,12 @@ def test_default_gemm_at_17_to_64_rows_follows_the_tile_count():
     for (m, n, k), (kind, split, groups) in cases.items():
         config = fk.default_config(m, n, k)
         assert (config["kernel"], config.get("SPLIT_K", 1), config.get("GROUPS")) == (kind, split, groups), (m, n, k)
+    # gemm() on codes it is given, where the decode kernel cannot run: the same GEMM rule as linear() (not one
+    # swap config for every decode-sized layer), the swap kernel where the default quantizes x itself
+    assert fk._triton_gemm_config(64, 1024, 4096, 128) == fk._gemm_default(64, 1024, 4096)
+    assert fk._triton_gemm_config(64, 18944, 3584, 128) == fk.default_config(64, 18944, 3584)
+    assert fk._triton_gemm_config(16, 4096, 4096, 128) == fk._swap(64, 64, 1, 4, 4, False)
+    assert fk._triton_gemm_config(2048, 4096, 4096, 128)["kernel"] == "gluon"
 
 
 @pytest.mark.parametrize("split,groups,k,want", [(2, 1, 1024, 2), (4, 1, 1000, 4), (2, 2, 2048, 2), (16, 1, 1024, 8),
