@@ -81,6 +81,8 @@ def _summary(name: str, family: str, rows: dict, shipped: dict) -> str:
     exists and was timed), by the sweep's own GPU times."""
     import importlib
 
+    from quantkit.kernels import tuning
+
     module = importlib.import_module(f"quantkit.kernels.{family}")
     changed, gains = 0, []
     for key, row in rows.items():

@@ -38,3 +38,20 @@ def test_gpu_tune_writes_and_installs(tmp_path, monkeypatch, capsys):
     rows = json.loads(out.read_text())["families"]["int8_weight_only"]
     cache = json.loads(tuning.user_cache_path().read_text())
     assert cache["int8_weight_only"] == {key: row["config"] for key, row in rows.items()}
+
+
+def test_the_summary_compares_each_pick_with_what_ran_before_on_the_times_it_was_picked_on():
+    """The printed summary (no GPU needed): a problem whose pick is what ran before does not count; a changed one
+    gains by the pick's time against the old config's, re-timed where it was a finalist."""
+    from quantkit import tune
+    from quantkit.kernels import int8_weight_only
+
+    default = int8_weight_only.default_config(16, 4096, 4096)
+    other = {"kernel": "other"}
+    rows = {"16,4096,4096": {"config": other, "ms": 0.9,
+                             "timings": [{"ms": 0.8, "config": default}, {"ms": 0.9, "config": other}],
+                             "retimed": [{"ms": [1.0, 1.0], "config": default}]},
+            "1,4096,4096": {"config": {"kernel": "kept"}, "ms": 1.0, "timings": []}}
+    text = tune._summary("int8-weight-only", "int8_weight_only", rows, {"1,4096,4096": {"kernel": "kept"}})
+    assert text == ("int8-weight-only: 2 problems; 1 now run another config than before "
+                    "(by the sweep's GPU times +10.0 % median, +10.0 % at most)")
