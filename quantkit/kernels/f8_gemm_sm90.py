@@ -71,31 +71,15 @@ def _work_item(w, M, N, num_k, K_ITERS, BLOCK_M: gl.constexpr, BLOCK_N: gl.const
 @gluon.jit
 def _load_partition(a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, empty, as_ptr, stride_asm, stride_ask,
                     bs_ptr, stride_bsn, stride_bsk, M, N, num_k, num_work, K_ITERS, GROUP_M: gl.constexpr,
-                    STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr, SPLIT_K: gl.constexpr, WEIGHT_FIRST: gl.constexpr):
+                    STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr, SPLIT_K: gl.constexpr):
     """One warp: per K block of each of the program's work items, its scales by cp.async and its operand
-    tiles by TMA into the next ring slot, once both consumers released that slot.
-
-    ``WEIGHT_FIRST`` (with ``WAIT_PRIOR``): the weight tiles of the program's first ring-full of K blocks are
-    requested before the wait for the grid before (the activations' quantization): the weight does not depend on
-    it, so those loads run while it finishes. Each such slot's ``expect`` (all of its bytes) goes with its weight
-    tile; its scale copies and x tile follow the wait. The phase cannot complete early: the x tile's bytes are
-    counted from the start, and the scale copies' arrival is added before the x tile is requested."""
+    tiles by TMA into the next ring slot, once both consumers released that slot."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     row_layout: gl.constexpr = gl.BlockedLayout([BLOCK_M // 32], [32], [1], [0])
-    npre = 0  # ring slots whose weight tile (and expect) went out before the wait
     if WAIT_PRIOR:
-        if WEIGHT_FIRST:
-            # (the grid is at most the work items: every program has a first one)
-            _m0, off_n0, _s0, k00, nk0 = _work_item(gl.program_id(0), M, N, num_k, K_ITERS, BLOCK_M, BLOCK_N,
-                                                   GROUP_M, SPLIT_K)
-            npre = gl.minimum(nk0, STAGES)
-            for k in range(npre):
-                mbarrier.expect(ready.index(k), nbytes)
-                tma.async_copy_global_to_shared(b_desc, [off_n0, (k00 + k) * BLOCK_K], ready.index(k),
-                                                b_ring.index(k))
         _grid_wait()  # the activation codes and scales come from the grid before this one
     it = 0
     for w in range(gl.program_id(0), num_work, gl.num_programs(0)):
@@ -111,9 +95,8 @@ def _load_partition(a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, emp
             async_copy.async_copy_global_to_shared(xs_ring.index(s), as_rows + k * stride_ask, mask=m_ok)
             async_copy.async_copy_global_to_shared(ws_ring.index(s), bs_col + k * stride_bsk, mask=m_ok)
             async_copy.mbarrier_arrive(ready.index(s))  # (with its own count: the phase waits for them)
-            if it >= npre:
-                mbarrier.expect(ready.index(s), nbytes)
-                tma.async_copy_global_to_shared(b_desc, [off_n, (k0 + k) * BLOCK_K], ready.index(s), b_ring.index(s))
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_copy_global_to_shared(b_desc, [off_n, (k0 + k) * BLOCK_K], ready.index(s), b_ring.index(s))
             tma.async_copy_global_to_shared(a_desc, [off_m, (k0 + k) * BLOCK_K], ready.index(s), a_ring.index(s))
             it += 1
 
@@ -171,8 +154,7 @@ def _mma_partition(a_ring, b_ring, xs_ring, ws_ring, ready, empty, bias_ptr, c_p
 def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stride_bsn, stride_bsk, bias_ptr, c_ptr,
                     c_desc, part_ptr, M, N, K, stride_cm, K_ITERS, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
                     STAGES: gl.constexpr, WAIT_PRIOR: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                    EPI_TMA: gl.constexpr, SPLIT_K: gl.constexpr, WEIGHT_FIRST: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    EPI_TMA: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -209,7 +191,7 @@ def _f8_gemm_kernel(a_desc, b_desc, as_ptr, stride_asm, stride_ask, bs_ptr, stri
                           EPI_TMA, SPLIT_K)),
         (_load_partition, (a_desc, b_desc, a_ring, b_ring, xs_ring, ws_ring, ready, empty, as_ptr, stride_asm,
                            stride_ask, bs_ptr, stride_bsn, stride_bsk, M, N, num_k, num_work, K_ITERS, GROUP_M,
-                           STAGES, WAIT_PRIOR, SPLIT_K, WEIGHT_FIRST)),
+                           STAGES, WAIT_PRIOR, SPLIT_K)),
     ], [4, 1], [CONSUMER_REGS, 40])
 
 
@@ -217,9 +199,6 @@ _f8_gemm_fast = cached(_f8_gemm_kernel)
 
 
 CONSUMER_REGS = 232  # registers a thread of the second consumer warpgroup (setmaxnreg; the load warp 40)
-# Launched as a programmatic dependent: request the first ring-full of weight tiles before waiting for the
-# quantization (``_load_partition``). A module switch so that a probe can time both in one process.
-WEIGHT_FIRST = True
 
 
 def usable(x_q: torch.Tensor, weight_q: torch.Tensor, block_size: int, block_n: int) -> bool:
@@ -270,5 +249,4 @@ def launch(x_q, x_scale, stride_xsm, stride_xsk, weight_q, weight_scale, bias, o
         a_desc, b_desc, x_scale, stride_xsm, stride_xsk, weight_scale, weight_scale.stride(0), weight_scale.stride(1),
         bias if bias is not None else weight_scale, out, c_desc, partials if splits > 1 else weight_scale, M, N, K,
         out.stride(0), k_iters, HAS_BIAS=bias is not None and splits == 1, GROUP_M=int(cfg["GROUP_M"]), STAGES=stages,
-        WAIT_PRIOR=pdl, CONSUMER_REGS=CONSUMER_REGS, EPI_TMA=epi_tma, SPLIT_K=splits,
-        WEIGHT_FIRST=pdl and WEIGHT_FIRST, **opts)
+        WAIT_PRIOR=pdl, CONSUMER_REGS=CONSUMER_REGS, EPI_TMA=epi_tma, SPLIT_K=splits, **opts)

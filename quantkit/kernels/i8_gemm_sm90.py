@@ -51,11 +51,6 @@ from quantkit.kernels.tiling import grouped_pid, split_plan
 # griddepcontrol.wait (PDL), the sm_90 check, the SM count and the NVMMA tile layouts, as the weight-only
 # GEMM has them
 from quantkit.kernels.wo_gemm_sm90 import _SMEM_BYTES, _grid_wait, _is_sm90, _num_sms, _smem_layout
-
-# Launched as a programmatic dependent (``pdl``): request the weight tiles of the first ring-full of K steps before
-# waiting for the quantization, whose output only the x tiles need. A module switch so that a probe can time both in
-# one process.
-WEIGHT_FIRST = True
 from quantkit.reference.common import ceil_div
 
 
@@ -63,28 +58,13 @@ from quantkit.reference.common import ceil_div
 def _issue(k, num_k, k0, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES: gl.constexpr):
     """TMA loads of the program's K step k (the matrix's step k0 + k) into slot k % STAGES (nothing past
     the program's last step)."""
-    _issue_weight(k, num_k, k0, a_desc, b_desc, b_ring, ready, off_n, STAGES)
-    _issue_x(k, num_k, k0, a_desc, a_ring, ready, off_m, STAGES)
-
-
-@gluon.jit
-def _issue_weight(k, num_k, k0, a_desc, b_desc, b_ring, ready, off_n, STAGES: gl.constexpr):
-    """Step k's slot expects both tiles' bytes, and its weight tile is requested (the x tile by
-    :func:`_issue_x`, which may come later: the phase completes only when both have landed)."""
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     s = k % STAGES
     pred = k < num_k
     mbarrier.expect(ready.index(s), nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [off_m, (k0 + k) * BLOCK_K], ready.index(s), a_ring.index(s), pred=pred)
     tma.async_copy_global_to_shared(b_desc, [off_n, (k0 + k) * BLOCK_K], ready.index(s), b_ring.index(s), pred=pred)
-
-
-@gluon.jit
-def _issue_x(k, num_k, k0, a_desc, a_ring, ready, off_m, STAGES: gl.constexpr):
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    s = k % STAGES
-    tma.async_copy_global_to_shared(a_desc, [off_m, (k0 + k) * BLOCK_K], ready.index(s), a_ring.index(s),
-                                    pred=k < num_k)
 
 
 @gluon.jit
@@ -136,14 +116,15 @@ def _store_tma(y, c_desc, c_buf, off_m, off_n):
 @gluon.jit
 def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr, part_ptr, part_off,
                     M, N, K, stride_cm, K_ITERS, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-                    WAIT_PRIOR: gl.constexpr, SPLIT_K: gl.constexpr, WEIGHT_FIRST: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    WAIT_PRIOR: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
     """Grid (tiles, SPLIT_K): split s multiplies K steps [s·K_ITERS, (s + 1)·K_ITERS). With SPLIT_K > 1 the
     raw int32 sums go to the partials [SPLIT_K, M, N] at byte ``part_off`` of ``part_ptr``, which the
     family's ``_splitk_reduce_kernel`` sums (exactly, in any order) and scales, as for its Triton GEMM."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    if WAIT_PRIOR:
+        _grid_wait()
     pid_m, pid_n = grouped_pid(gl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
@@ -157,19 +138,8 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
     # TMA zero-fills it, so its partial sums are zeros.
     k0 = gl.program_id(1) * K_ITERS
     num_k = gl.maximum(gl.minimum(K_ITERS, gl.cdiv(K, BLOCK_K) - k0), 1)
-    if WAIT_PRIOR and WEIGHT_FIRST:
-        # The weight tiles of the prologue before waiting for the grid before (the quantization): they do not
-        # depend on it, so they load while it finishes; the x tiles after it.
-        for i in gl.static_range(STAGES - 1):
-            _issue_weight(i, num_k, k0, a_desc, b_desc, b_ring, ready, off_n, STAGES)
-        _grid_wait()
-        for i in gl.static_range(STAGES - 1):
-            _issue_x(i, num_k, k0, a_desc, a_ring, ready, off_m, STAGES)
-    else:
-        if WAIT_PRIOR:
-            _grid_wait()
-        for i in gl.static_range(STAGES - 1):
-            _issue(i, num_k, k0, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
+    for i in gl.static_range(STAGES - 1):
+        _issue(i, num_k, k0, a_desc, b_desc, a_ring, b_ring, ready, off_m, off_n, STAGES)
 
     # (Triton 3.6 lowers int8 wgmmas up to n = 128: a 256-wide tile is two of them.)
     mma_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -204,7 +174,7 @@ def _i8_gemm_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_
 
 @gluon.jit
 def _ws_load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, GROUP_M: gl.constexpr,
-                       WAIT_PRIOR: gl.constexpr, WEIGHT_FIRST: gl.constexpr):
+                       WAIT_PRIOR: gl.constexpr):
     """One warp: every K step of each of the program's tiles into the next ring slot, once both
     consumers released it."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -214,17 +184,7 @@ def _ws_load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, GR
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     num_k = gl.cdiv(K, BLOCK_K)
     num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
-    npre = 0  # ring slots whose weight tile (and expect) went out before the wait
     if WAIT_PRIOR:
-        if WEIGHT_FIRST:
-            # The first ring-full of the first tile's weight tiles while the quantization finishes (the grid is at
-            # most the tiles: every program has a first one); each slot's expect counts the x tile too.
-            _m0, pid_n0 = grouped_pid(gl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-            npre = gl.minimum(num_k, STAGES)
-            for k in range(npre):
-                mbarrier.expect(ready.index(k), nbytes)
-                tma.async_copy_global_to_shared(b_desc, [pid_n0 * BLOCK_N, k * BLOCK_K], ready.index(k),
-                                                b_ring.index(k))
         _grid_wait()  # the activation codes come from the grid before this one
     it = 0
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
@@ -232,10 +192,8 @@ def _ws_load_partition(a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, GR
         for k in range(num_k):
             s = it % STAGES
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)  # (a fresh barrier passes parity 1)
-            if it >= npre:
-                mbarrier.expect(ready.index(s), nbytes)
-                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, k * BLOCK_K], ready.index(s),
-                                                b_ring.index(s))
+            mbarrier.expect(ready.index(s), nbytes)
+            tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, k * BLOCK_K], ready.index(s), b_ring.index(s))
             tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, k * BLOCK_K], ready.index(s), a_ring.index(s))
             it += 1
 
@@ -296,7 +254,7 @@ def _ws_mma_partition(a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_
 def _i8_gemm_ws_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr, c_desc, M, N, K,
                        stride_cm, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
                        WAIT_PRIOR: gl.constexpr, CONSUMER_REGS: gl.constexpr, EPI_TMA: gl.constexpr,
-                       WEIGHT_FIRST: gl.constexpr, num_warps: gl.constexpr):
+                       num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -322,8 +280,7 @@ def _i8_gemm_ws_kernel(a_desc, b_desc, a_scale_ptr, a_scale_off, b_scale_ptr, bi
                              c_desc, c_lo, M, N, K, stride_cm, ROW_LO, HAS_BIAS, GROUP_M, WAIT_PRIOR, EPI_TMA)),
         (_ws_mma_partition, (a_ring, b_ring, ready, empty, a_scale_ptr, a_scale_off, b_scale_ptr, bias_ptr, c_ptr,
                              c_desc, c_hi, M, N, K, stride_cm, ROW_HI, HAS_BIAS, GROUP_M, WAIT_PRIOR, EPI_TMA)),
-        (_ws_load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, GROUP_M, WAIT_PRIOR,
-                              WEIGHT_FIRST)),
+        (_ws_load_partition, (a_desc, b_desc, a_ring, b_ring, ready, empty, M, N, K, GROUP_M, WAIT_PRIOR)),
     ], [4, 1], [CONSUMER_REGS, 40])
 
 
@@ -361,8 +318,7 @@ def launch(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, out,
     _i8_gemm_fast[(ceil_div(M, bm) * ceil_div(N, bn), splits)](
         a_desc, b_desc, a_scale, a_scale_off, weight_scale, bias if bias is not None else weight_scale, out,
         part if splits > 1 else a, part_off, M, N, K, out.stride(0), k_iters, HAS_BIAS=bias is not None,
-        GROUP_M=int(cfg["GROUP_M"]), STAGES=int(cfg["num_stages"]), WAIT_PRIOR=pdl, SPLIT_K=splits,
-        WEIGHT_FIRST=pdl and WEIGHT_FIRST, **opts)
+        GROUP_M=int(cfg["GROUP_M"]), STAGES=int(cfg["num_stages"]), WAIT_PRIOR=pdl, SPLIT_K=splits, **opts)
     return splits
 
 
@@ -393,5 +349,4 @@ def launch_ws(a, stride_a, a_scale, a_scale_off, weight_q, weight_scale, bias, o
     _i8_gemm_ws_fast[(min(tiles, _num_sms(a.device.index or 0)),)](
         a_desc, b_desc, a_scale, a_scale_off, weight_scale, bias if bias is not None else weight_scale, out, c_desc,
         M, N, K, out.stride(0), HAS_BIAS=bias is not None, GROUP_M=int(cfg["GROUP_M"]),
-        STAGES=stages, WAIT_PRIOR=pdl, CONSUMER_REGS=_WS_CONSUMER_REGS, EPI_TMA=epi_tma,
-        WEIGHT_FIRST=pdl and WEIGHT_FIRST, **opts)
+        STAGES=stages, WAIT_PRIOR=pdl, CONSUMER_REGS=_WS_CONSUMER_REGS, EPI_TMA=epi_tma, **opts)

@@ -51,8 +51,7 @@ def _compile(cfg, out_dtype="bf16", bias=False):
     c_gl = {"bf16": g.gl.bfloat16, "fp16": g.gl.float16, "fp32": g.gl.float32}[out_dtype]
     sig["c_desc"] = f"tensordesc<{out_dtype}[64, {bn}],{g._smem_layout(64, bn, c_gl)}>" if epi_tma else sig["a_desc"]
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=bool(cfg.get("PDL")),
-                  CONSUMER_REGS=g.CONSUMER_REGS, EPI_TMA=epi_tma, SPLIT_K=cfg.get("SPLIT_K", 1),
-                  WEIGHT_FIRST=bool(cfg.get("PDL")) and g.WEIGHT_FIRST, num_warps=4)
+                  CONSUMER_REGS=g.CONSUMER_REGS, EPI_TMA=epi_tma, SPLIT_K=cfg.get("SPLIT_K", 1), num_warps=4)
     sig.update({k: "constexpr" for k in consts})
     sig = {name: sig[name] for name in g._f8_gemm_kernel.arg_names if name in sig}  # (in the kernel's argument order)
     return triton.compile(GluonASTSource(g._f8_gemm_kernel, sig, consts), target=GPUTarget("cuda", 90, 32),

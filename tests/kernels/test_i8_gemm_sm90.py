@@ -54,7 +54,7 @@ def _compile(cfg, out_dtype="bf16", bias=False):
                          else sig["a_desc"])
     warps = 4 if ws else cfg["num_warps"]  # (the warp-specialized kernel: one consumer warpgroup + workers)
     consts = dict(HAS_BIAS=bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], WAIT_PRIOR=cfg["pdl"],
-                  WEIGHT_FIRST=cfg["pdl"] and g.WEIGHT_FIRST, num_warps=warps)
+                  num_warps=warps)
     if not ws:
         consts["SPLIT_K"] = cfg["SPLIT_K"]
     if ws:
@@ -72,8 +72,6 @@ def _check_main() -> None:
     ws = next(c for c in configs if c["mode"] == "gluon_ws")
     jobs = [(c, "bf16", False) for c in configs] + [(configs[0], "fp16", True), (configs[0], "fp32", True),
                                                     (ws, "fp16", True), (ws, "fp32", True)]
-    # both kernels launched as programmatic dependents (the weight's first tiles before the wait)
-    jobs += [(dict(c, pdl=True), "bf16", True) for c in (configs[0], ws) if not c["pdl"]]
 
     def extra(kernel, info, sass):
         waits = sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", kernel.asm["ptx"])))
