@@ -743,6 +743,34 @@ def _fallback_config(M: int, N: int, K: int) -> dict:
     return _default_mma(M, N, K) if M < _DEQUANT_MM_MIN_M else _dequant_mm()
 
 
+# Groups smaller than this cut the small kernel's chunks and the Gluon GEMM's K step (both are min(g, their depth)).
+_FULL_GROUP = 128
+_DEQUANT_MM_MIN_MACS_SMALL_GROUP = 1 << 35  # _fit_group: dequant_mm at groups under 64 from M = 1024 and this size
+
+
+def _fit_group(config: dict, M: int, N: int, K: int, group_size: int) -> dict:
+    """A tuned or default config (chosen at group 128: the tables are keyed by shape alone) made fit for a smaller
+    group (as fp8-block's ``_fit_block`` for its blocks). On an H100 (notes/int4_weight_only.md, round 34):
+
+    * the small kernel at 8 < M <= 16: its K chunks are min(g, 128) deep, and at g = 32 it ran 4096² in 22.2 µs and
+      1024 x 4096 in 18.3 (under bf16's 12.7) where the decode kernel, which takes several groups a chunk, ran 16.1
+      and 12.5; at g = 64 16.4 / 12.7 against 15.9 / 12.2. The decode program by N, as the sweeps of the 14336-wide
+      layers picked it (MT 4 with x at use: 28.2 µs at 14336 x 4096, g = 32, where the small kernels took 44-63);
+    * the Gluon GEMM where the group cuts its K step under 64 (g <= 32), from M = 1024 on problems of 2^35
+      multiply-adds: the dequantized weight and cuBLAS, 17-29 % faster (14336 x 4096 M = 1024 273.0 -> 218.5 µs,
+      4096² M = 4096 282.2 -> 200.6); on smaller problems its host time (~90 µs a call) would show.
+    """
+    if group_size >= _FULL_GROUP:
+        return config
+    kind = config["kernel"]
+    if kind == "small" and 8 < M <= _SMALL_MAX_M:
+        return _decode(1, 8) if N <= 2048 else _decode(1, 4) if N < 8192 else _decode(4, 4, xpf=False)
+    if kind == "tma_wgmma" and min(int(config["BLOCK_K"]), group_size) < 64 and M >= 1024 \
+            and M * N * K >= _DEQUANT_MM_MIN_MACS_SMALL_GROUP:
+        return _dequant_mm(16, 512, 4)
+    return config
+
+
 def default_config(M: int, N: int, K: int) -> dict:
     """A heuristic config valid for every problem (the fallback when no tuned entry exists)."""
     if M <= _SMALL_MAX_M:
@@ -984,6 +1012,7 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
                                 bench=_bench_fn(x, weight_packed, weight_scale, weight_zero_point, bias, group_size))
         else:
             config = default_config(M, N, K)
+        config = _fit_group(config, M, N, K, group_size)
     _check_config(config)
     kind = config["kernel"]
     if kind == "gemv" and M != 1:

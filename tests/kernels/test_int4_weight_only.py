@@ -377,9 +377,51 @@ def test_default_configs(kernel_device, m, n, k, g, dtype):
     y = k4.linear(x, packed, scale, zero, b, g)
     config = k4.default_config(m, n, k)
     assert config["kernel"] == ("decode" if m == 1 else "small" if m <= 16 else "tma_wgmma")
-    config = ran(config, x, packed, scale, g)
+    config = ran(k4._fit_group(config, m, n, k, g), x, packed, scale, g)
     wdt = dtype if rounds_weight(config, x) else torch.float32
     assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"default M={m}", tc_steps(config, k))
+
+
+@pytest.mark.parametrize("m,n,k,g,dtype", [(12, 40, 256, 32, torch.bfloat16), (16, 24, 128, 64, torch.float16)])
+def test_a_smaller_group_runs_the_refitted_config(kernel_device, monkeypatch, m, n, k, g, dtype):
+    """config=None at a group under 128: the config fitted to the group (the decode kernel in the place of the small
+    kernel at 8 < M <= 16; where it cannot run, as on the CPU, the default small-M config); a config passed in runs
+    as given."""
+    x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True)
+    y = k4.linear(x, packed, scale, zero, b, g)
+    config = k4._fit_group(k4.default_config(m, n, k), m, n, k, g)
+    assert config["kernel"] == "decode"
+    config = ran(config, x, packed, scale, g)
+    wdt = dtype if rounds_weight(config, x) else torch.float32
+    assert_output(y, reference64(x, packed, scale, zero, b, g, wdt), f"group {g} M={m}", tc_steps(config, k))
+    monkeypatch.setattr(k4, "_fit_group", lambda *a: pytest.fail("a config passed in was refitted"))
+    small = k4._small(16, 4, 4, 4)
+    assert torch.equal(k4.linear(x, packed, scale, zero, b, g, config=small),
+                       k4.linear(x, packed, scale, zero, b, g, config=dict(small)))
+
+
+def test_configs_fit_groups_under_128():
+    """_fit_group: the tables' configs (chosen at group 128) at smaller groups. The small kernel at 8 < M <= 16 gives
+    way to the decode kernel, by N; the Gluon GEMM whose K step the group cuts under 64 gives way to dequant_mm
+    from M = 1024 on problems of 2^35 multiply-adds. Everything else, and every config at groups of 128 and more,
+    is kept."""
+    fit = k4._fit_group
+    small, wide = k4._small(16, 4, 4, 4), k4._small(64, 4, 4, 3)
+    assert fit(small, 16, 4096, 4096, 32) == k4._decode(1, 4)
+    assert fit(small, 12, 1024, 4096, 64) == k4._decode(1, 8)
+    assert fit(wide, 16, 14336, 4096, 32) == k4._decode(4, 4, xpf=False)
+    for g in (128, 256):
+        assert fit(small, 16, 4096, 4096, g) == small
+    assert fit(small, 8, 4096, 4096, 32) == small  # (M <= 8: the decode sizes' own entries)
+    tma = k4.default_config(1024, 14336, 4096)
+    assert tma["kernel"] == "tma_wgmma" and tma["BLOCK_K"] == 64
+    assert fit(tma, 1024, 14336, 4096, 32) == k4._dequant_mm(16, 512, 4)
+    assert fit(tma, 4096, 4096, 4096, 16)["kernel"] == "dequant_mm"
+    assert fit(tma, 1024, 14336, 4096, 64) == tma  # a whole 64-deep step
+    assert fit(tma, 1024, 4096, 4096, 32) == tma  # 2^34 multiply-adds: the path's host time would show
+    assert fit(tma, 512, 14336, 16384, 32) == tma  # under 1024 rows
+    for m, n, k, g in ((16, 4096, 4096, 32), (1024, 14336, 4096, 32), (2048, 4096, 4096, 16)):
+        k4._check_config(fit(k4.default_config(m, n, k), m, n, k, g))
 
 
 def test_m1_default_by_shape():
