@@ -152,18 +152,27 @@ _ASM_I4X2_TO_F16X2 = _asm_i4x2(0x6400, "f16")
 
 
 @gluon.jit
-def _int4_bytes_to_16bit(p, zm, s, a_layout: gl.constexpr):
+def _int4_bytes_to_16bit(p, zm, s, a_layout: gl.constexpr, P3_LAYOUT: gl.constexpr):
     """Packed bytes [R, C] (layout: the A fragment's registers with k halved) -> the A operand
-    [R, 2C] in ``a_layout``; zm = magic + z and s per row."""
-    zm = gl.broadcast(zm[:, None], p)[0]
-    s = gl.broadcast(s[:, None], p)[0]
+    [R, 2C] in ``a_layout``; zm = magic + z and s per row, or with ``P3_LAYOUT`` (several groups a K step) per
+    row and group [R, GPS]: the bytes are viewed as [R, GPS, C / GPS] (the group is a register index of the
+    fragment, so the view and the broadcast move no data) and each takes its group's pair."""
+    R: gl.constexpr = p.shape[0]
+    C: gl.constexpr = p.shape[1]
+    if P3_LAYOUT is not None:
+        p = gl.convert_layout(p.reshape([R, zm.shape[1], C // zm.shape[1]]), P3_LAYOUT)
+        zm = gl.broadcast(zm[:, :, None], p)[0]
+        s = gl.broadcast(s[:, :, None], p)[0]
+    else:
+        zm = gl.broadcast(zm[:, None], p)[0]
+        s = gl.broadcast(s[:, None], p)[0]
     if s.dtype == gl.bfloat16:
         lo, hi = gl.inline_asm_elementwise(_ASM_I4X2_TO_BF16X2, "=h,=h,r,h,h", [p, zm, s],
                                            dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=1)
     else:
         lo, hi = gl.inline_asm_elementwise(_ASM_I4X2_TO_F16X2, "=h,=h,r,h,h", [p, zm, s],
                                            dtype=(gl.float16, gl.float16), is_pure=True, pack=1)
-    a = gl.join(lo, hi).reshape([p.shape[0], 2 * p.shape[1]])
+    a = gl.join(lo, hi).reshape([R, 2 * C])
     return gl.convert_layout(a, a_layout)  # the same registers: no data moves
 
 
@@ -197,16 +206,24 @@ def _rs_refill(g, kk, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, x_desc, 
 
 @gluon.jit
 def _rs_group(k, s_rows, z_rows, row_ok, K, dtype: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_SIZE: gl.constexpr,
-              INT4: gl.constexpr):
+              INT4: gl.constexpr, P3_LAYOUT: gl.constexpr):
     """int4: (magic + z, s) of K step k's group for this thread's weight rows (s_rows, z_rows: each
-    row's first scale and zero-point; zeros past N or K). magic + z is built in the 16-bit pattern
+    row's first scale and zero-point; zeros past N or K); with ``P3_LAYOUT`` (groups smaller than the step) of
+    each of the step's BLOCK_K / GROUP_SIZE groups, [rows, groups]. magic + z is built in the 16-bit pattern
     itself: z <= 15 falls in the mantissa of bf16 128 (0x4300) or fp16 1024 (0x6400), exactly (one
     OR, where a float conversion and add took three instructions)."""
     if INT4:
-        ok = row_ok & (k * BLOCK_K < K)
-        grp = (k * BLOCK_K) // GROUP_SIZE
-        s = gl.load(s_rows + grp, mask=ok, other=0.0).to(dtype)
-        z = gl.load(z_rows + grp, mask=ok, other=0)
+        if P3_LAYOUT is not None:
+            GPS: gl.constexpr = BLOCK_K // GROUP_SIZE
+            grp = (k * BLOCK_K) // GROUP_SIZE + gl.arange(0, GPS, layout=gl.SliceLayout(0, gl.SliceLayout(2, P3_LAYOUT)))
+            ok = row_ok[:, None] & (grp * GROUP_SIZE < K)[None, :]
+            s = gl.load(s_rows[:, None] + grp[None, :], mask=ok, other=0.0).to(dtype)
+            z = gl.load(z_rows[:, None] + grp[None, :], mask=ok, other=0)
+        else:
+            ok = row_ok & (k * BLOCK_K < K)
+            grp = (k * BLOCK_K) // GROUP_SIZE
+            s = gl.load(s_rows + grp, mask=ok, other=0.0).to(dtype)
+            z = gl.load(z_rows + grp, mask=ok, other=0)
         MAGIC: gl.constexpr = 0x4300 if dtype == gl.bfloat16 else 0x6400
         return (z.to(gl.int16) | MAGIC).to(dtype, bitcast=True), s
     else:
@@ -216,7 +233,7 @@ def _rs_group(k, s_rows, z_rows, row_ok, K, dtype: gl.constexpr, BLOCK_K: gl.con
 @gluon.jit
 def _rs_step(g, kc, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready, use_acc: gl.constexpr,
              a_layout: gl.constexpr, P_LAYOUT: gl.constexpr, STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr,
-             INT4: gl.constexpr, LOAD_NEXT: gl.constexpr):
+             INT4: gl.constexpr, LOAD_NEXT: gl.constexpr, P3_LAYOUT: gl.constexpr):
     """Global step g (K step kc of its unit): int4 with LOAD_NEXT, load step kc + 1's zero-points and
     scales (one step ahead of their use; without it, step kc + 1 is in kc's group and they carry
     over); wait for the ring slot, convert the weight tile into A registers, issue the wgmma.
@@ -225,7 +242,7 @@ def _rs_step(g, kc, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready
     st = g % STAGES
     mbarrier.wait(ready.index(st), (g // STAGES) & 1)
     if INT4:
-        a = _int4_bytes_to_16bit(w_ring.index(st).load(P_LAYOUT), zm, s, a_layout)
+        a = _int4_bytes_to_16bit(w_ring.index(st).load(P_LAYOUT), zm, s, a_layout, P3_LAYOUT)
     else:
         a = _int8_pairs_to_16bit(w_ring.index(st).load(a_layout), dtype)
     acc = warpgroup_mma(a, x_ring.index(st).permute((1, 0)), acc, use_acc=use_acc, is_async=True)
@@ -234,7 +251,8 @@ def _rs_step(g, kc, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready
     # hold this step's wgmma back by its whole latency; from here it has the step's retire and the
     # next step's conversion to arrive in.
     if INT4 and LOAD_NEXT:
-        zm_next, s_next = _rs_group(kc + 1, s_rows, z_rows, row_ok, K, dtype, x_ring.shape[2], GROUP_SIZE, INT4)
+        zm_next, s_next = _rs_group(kc + 1, s_rows, z_rows, row_ok, K, dtype, x_ring.shape[2], GROUP_SIZE, INT4,
+                                    P3_LAYOUT)
     else:
         zm_next = zm
         s_next = s
@@ -378,7 +396,7 @@ def _sk_piece(acc, pid, st, last_unit, x_ring, scale_ptr, bias_ptr, y_ptr, ws_pt
 def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, GROUPS, stride_ym,
                   DP_TILES, SK_TILES, SK_LEN, INT4: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
                   STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr, INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr,
-                  STREAM_K: gl.constexpr, SK_PIECES: gl.constexpr, num_warps: gl.constexpr):
+                  STREAM_K: gl.constexpr, SK_PIECES: gl.constexpr, P3_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
     """The register-operand kernel (module docstring), int8 or packed int4 (INT4: [BLOCK_N, BLOCK_K / 2]
     byte tiles; the group's zero-point and scale applied in the conversion, GROUP_SIZE a multiple of
     BLOCK_K so that a step sees one group). A program computes tiles program_id, program_id + nprog,
@@ -433,7 +451,10 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt
         ntile, nkb, nnk, ng0 = _unit(u + 1, pid, nprog, n_dp, DP_TILES, sk_lo, sk_hi, num_k, STREAM_K)
         noff_m, noff_n = _tile_offsets(ntile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         if INT4:
-            offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
+            if P3_LAYOUT is not None:  # [rows, groups] of scales a step: rows in that view's layout
+                offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, gl.SliceLayout(2, P3_LAYOUT)))
+            else:
+                offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, P_LAYOUT))
             row_ok = offs_n < N
             s_rows = scale_ptr + offs_n * GROUPS
             z_rows = z_ptr + offs_n * GROUPS
@@ -441,35 +462,37 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt
             row_ok = True
             s_rows = scale_ptr
             z_rows = z_ptr
-        zm, s = _rs_group(kb, s_rows, z_rows, row_ok, K, dtype, BLOCK_K, GROUP_SIZE, INT4)
-        # int4: a group is STEPS_PER_GROUP K steps, a power of two, and units start at even steps; with
-        # two or more steps per group an odd step never starts one, so only the steps before even
-        # steps load the next group's zero-points and scales. Each of those loads (address, mask and
-        # the wait for its result) was ~20 instructions a step on the critical path: 3-8 % of the
-        # int4 GEMM at M >= 1024 (notes/int4_weight_only.md, round 9).
-        STEPS_PER_GROUP: gl.constexpr = GROUP_SIZE // BLOCK_K
+        zm, s = _rs_group(kb, s_rows, z_rows, row_ok, K, dtype, BLOCK_K, GROUP_SIZE, INT4, P3_LAYOUT)
+        # int4: where a group is two or more K steps (a power of two; units start at even steps), an odd step
+        # never starts one, so only the steps before even steps load the next group's zero-points and scales.
+        # Each of those loads (address, mask and the wait for its result) was ~20 instructions a step on the
+        # critical path: 3-8 % of the int4 GEMM at M >= 1024 (notes/int4_weight_only.md, round 9). Where a group
+        # is a step or less (several a step with P3_LAYOUT), every step loads its own.
+        EVERY_STEP: gl.constexpr = GROUP_SIZE <= BLOCK_K
         acc = gl.zeros((BLOCK_N, BLOCK_M), gl.float32, mma_layout)
         # The unit's first step with use_acc=False: the accumulator entering the loop is defined by a
         # wgmma (C7515). Its retire refills the slot of the previous unit's last step (the first
         # unit's slots were all filled above, so not in the first unit).
         acc, a0, zm, s = _rs_step(g0, kb, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring, w_ring, ready,
-                                  False, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, STEPS_PER_GROUP == 1)
+                                  False, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, EVERY_STEP, P3_LAYOUT)
         acc = _rs_retire(g0, 0, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc, w_desc, x_ring,
                          w_ring, ready, u > 0, STAGES)
         # Two steps per trip, each with its own A registers (a1, a0): a step's conversion never
         # writes the registers of the wgmma still in flight. Units are an even number of steps.
         for k in range(1, nk - 1, 2):
             acc, a1, zm, s = _rs_step(g0 + k, kb + k, acc, zm, s, s_rows, z_rows, row_ok, K, x_ring,
-                                      w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, True)
+                                      w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, True,
+                                      P3_LAYOUT)
             acc = _rs_retire(g0 + k, k, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc, w_desc,
                              x_ring, w_ring, ready, True, STAGES)
             acc, a0, zm, s = _rs_step(g0 + k + 1, kb + k + 1, acc, zm, s, s_rows, z_rows, row_ok, K,
                                       x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4,
-                                      STEPS_PER_GROUP == 1)
+                                      EVERY_STEP, P3_LAYOUT)
             acc = _rs_retire(g0 + k + 1, k + 1, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc,
                              w_desc, x_ring, w_ring, ready, True, STAGES)
         acc, a1, zm, s = _rs_step(g0 + nk - 1, kb + nk - 1, acc, zm, s, s_rows, z_rows, row_ok, K,
-                                  x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, False)
+                                  x_ring, w_ring, ready, True, a_layout, P_LAYOUT, STAGES, GROUP_SIZE, INT4, False,
+                                  P3_LAYOUT)
         # Every step but the program's first refills the slot of the step before it, the last step of
         # a unit included (the next unit's loads): each step is loaded exactly once.
         acc = _rs_retire(g0 + nk - 1, nk - 1, kb, nk, nkb, off_m, off_n, noff_m, noff_n, total, acc, x_desc,
@@ -510,6 +533,26 @@ def packed_a_layout(block_n: int, block_k: int, num_warps: int):
     warp = [[16 << i, 0] for i in range(num_warps.bit_length() - 1)]
     return gl.DistributedLinearLayout(reg_bases=reg, lane_bases=lane, warp_bases=warp, block_bases=[],
                                       shape=[block_n, block_k // 2])
+
+
+@functools.lru_cache(maxsize=None)
+def packed_a_layout3(block_n: int, block_k: int, num_warps: int, groups: int):
+    """:func:`packed_a_layout` viewed as [block_n, groups, block_k / 2 / groups]: a K step of ``groups`` groups, the
+    bytes of group j in [:, j, :]. Every column basis of the 2-D layout is a power of two, so it falls in one of the
+    two new dimensions; the group bits are register bits (the fragment's 16-column blocks), so each thread holds
+    whole groups' columns and the view moves no data."""
+    flat = packed_a_layout(block_n, block_k, num_warps)
+    cols = block_k // 2 // groups
+    if groups < 2 or cols < 8:
+        raise ValueError(f"packed_a_layout3: {groups} groups of {2 * cols} columns in a {block_k}-deep step "
+                         f"(at least 2 groups of 16 columns)")
+
+    def split(bases):
+        return [[r, c // cols, 0] if c >= cols else [r, 0, c] for r, c in bases]
+
+    return gl.DistributedLinearLayout(reg_bases=split(flat.reg_bases), lane_bases=split(flat.lane_bases),
+                                      warp_bases=split(flat.warp_bases), block_bases=[],
+                                      shape=[block_n, groups, cols])
 
 
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
@@ -717,17 +760,26 @@ def _launch_rs(x, x_desc, w_desc, scale, zero, bias, M, N, K, groups: int, group
                       STAGES=_ring_stages(cfg, num_k), GROUP_SIZE=group_size, INSTR_N=min(bm, 256),
                       P_LAYOUT=packed_a_layout(bn, bk, warps) if int4 else None, STREAM_K=split is not None,
                       SK_PIECES=num_k // sk_len if split is not None else 1,
+                      P3_LAYOUT=packed_a_layout3(bn, bk, warps, bk // group_size) if int4 and bk > group_size else None,
                       num_warps=warps, **opts)
     return out
+
+
+def int4_step(block_k: int, group_size: int) -> int:
+    """The int4 kernel's K step for a config's ``block_k``: the config's where it holds whole groups of at least 16
+    columns (block_k / group_size of them a step, :func:`packed_a_layout3`), else min(block_k, group_size)."""
+    if 16 <= group_size < block_k and block_k % group_size == 0:
+        return block_k
+    return min(block_k, group_size)
 
 
 def usable_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, group_size: int, block_k: int) -> bool:
     """Whether the int4 kernel can take the problem: as :func:`usable`, plus scales in x's dtype (the
     conversion multiplies in it, one rounding), the packed rows 16-byte aligned (K % 32 == 0) and
-    whole groups per K step (``group_size`` a multiple of the step, which :func:`launch_int4` sets to
-    ``min(block_k, group_size)``)."""
-    bk = min(block_k, group_size)
-    return usable(x, packed) and scale.dtype == x.dtype and bk >= 32 and group_size % bk == 0
+    whole groups per K step or whole steps per group (:func:`int4_step`)."""
+    bk = int4_step(block_k, group_size)
+    return (usable(x, packed) and scale.dtype == x.dtype and bk >= 32
+            and (group_size % bk == 0 or bk % group_size == 0))
 
 
 def launch_int4(x, packed, scale, zero, bias, group_size: int, cfg: dict) -> torch.Tensor:
@@ -736,7 +788,7 @@ def launch_int4(x, packed, scale, zero, bias, group_size: int, cfg: dict) -> tor
     M, K = x.shape
     N = packed.shape[0]
     bm, bn = int(cfg["BLOCK_M"]), int(cfg["BLOCK_N"])
-    bk = min(int(cfg["BLOCK_K"]), group_size)
+    bk = int4_step(int(cfg["BLOCK_K"]), group_size)
     warps = int(cfg["num_warps"])
     x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bk], _smem_layout(bm, bk, _GL_DTYPES[x.dtype]))
     w_desc = TensorDescriptor(packed, list(packed.shape), list(packed.stride()), [bn, bk // 2],

@@ -122,10 +122,14 @@ def _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4, group):
                cnt_ptr="*i32" if stream_k else out, M="i32", N="i32", K="i32", GROUPS="i32", stride_ym="i32",
                DP_TILES="i32", SK_TILES="i32", SK_LEN="i32", INT4="constexpr", HAS_BIAS="constexpr",
                GROUP_M="constexpr", STAGES="constexpr", GROUP_SIZE="constexpr", INSTR_N="constexpr",
-               P_LAYOUT="constexpr", STREAM_K="constexpr", SK_PIECES="constexpr", num_warps="constexpr")
+               P_LAYOUT="constexpr", STREAM_K="constexpr", SK_PIECES="constexpr", P3_LAYOUT="constexpr",
+               num_warps="constexpr")
+    bk = x_desc.block_shape[1]
     consts = dict(INT4=int4, HAS_BIAS=has_bias, GROUP_M=cfg["GROUP_M"], STAGES=cfg["num_stages"], GROUP_SIZE=group,
-                  INSTR_N=min(bm, 256), P_LAYOUT=g.packed_a_layout(bn, x_desc.block_shape[1], warps) if int4 else None,
-                  STREAM_K=stream_k, SK_PIECES=2 if stream_k else 1, num_warps=warps)
+                  INSTR_N=min(bm, 256), P_LAYOUT=g.packed_a_layout(bn, bk, warps) if int4 else None,
+                  STREAM_K=stream_k, SK_PIECES=2 if stream_k else 1,
+                  P3_LAYOUT=g.packed_a_layout3(bn, bk, warps, bk // group) if int4 and bk > group else None,
+                  num_warps=warps)
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]]
              for a in ("scale_ptr", "z_ptr", "y_ptr", "ws_ptr", "cnt_ptr", "N", "K", "stride_ym")}
     return triton.compile(GluonASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
@@ -133,8 +137,9 @@ def _compile_rs(x_desc, w_desc, cfg, dtype, has_bias, int4, group):
 
 
 def _compile_int4() -> list:
-    """The int4 kernel's candidates (bf16) and the first with fp16 and a bias, group 128, and the
-    BLOCK_K = 32 launch of group 32: compiled for sm_90, same checks as the int8 kernels."""
+    """The int4 kernel's candidates (bf16) and the first with fp16 and a bias, group 128, and the first at groups
+    32 and 16 (two and four groups a 64-deep step, the stream-K variant too): compiled for sm_90, same checks as
+    the int8 kernels."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from quantkit.kernels import int4_weight_only as k4
@@ -142,11 +147,13 @@ def _compile_int4() -> list:
 
     cands = [c for c in k4.candidate_configs(4096, 4096, 4096) if c["kernel"] == "tma_wgmma"]
     jobs = [(c, torch.bfloat16, False, 128) for c in cands]
-    jobs += [(cands[0], torch.float16, True, 128), (cands[0], torch.bfloat16, False, 32)]
+    jobs += [(cands[0], torch.float16, True, 128), (cands[0], torch.bfloat16, False, 32),
+             (cands[0], torch.float16, True, 16)]
+    jobs += [(c, torch.bfloat16, False, 32) for c in cands if c.get("STREAM_K")][:1]
     failures = []
     for cfg, dtype, has_bias, group in jobs:
         bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-        bk = min(cfg["BLOCK_K"], group)
+        bk = g.int4_step(cfg["BLOCK_K"], group)
         x, w = torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 2048, dtype=torch.uint8)
         x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bk],
                                   g._smem_layout(bm, bk, g._GL_DTYPES[dtype]))
@@ -371,11 +378,13 @@ def test_gpu_edges_against_the_float32_bound(M, N, K, dtype, bias, scale_dtype):
 _INT4_CASES = [  # (M, N, K, group, dtype, bias): M, N and K tails, every group size, fp16
     (300, 1000, 1024, 128, torch.bfloat16, True),
     (257, 384, 4096, 64, torch.float16, False),
-    (1030, 4096, 256, 32, torch.bfloat16, False),   # BLOCK_K clamped to the group; K shorter than the ring
+    (1030, 4096, 256, 32, torch.bfloat16, False),   # two (BLOCK_K 128: four) groups a step; K shorter than the ring
     (520, 136, 3328, 256, torch.bfloat16, True),    # 13 K steps: the odd step is zero-filled
     (2000, 2304, 128, 128, torch.bfloat16, False),  # 2 K steps, 144 tiles: persistent refills cross tiles
     (1030, 4096, 4096, 64, torch.float16, True),    # 160 tiles: stream-K pieces across group boundaries
-    (1030, 4096, 4096, 32, torch.bfloat16, False),  # stream-K with K steps of 32 (BLOCK_K clamped to the group)
+    (1030, 4096, 4096, 32, torch.bfloat16, False),  # stream-K with two groups a K step
+    (300, 512, 4128, 32, torch.float16, True),      # the last 64-deep step half past K: its second group masked
+    (257, 384, 1024, 16, torch.float16, True),      # four (eight) groups of 16 a step
     (1030, 4096, 3328, 256, torch.bfloat16, True),  # 4 K steps a group; stream-K halves start mid-group (step 26)
     (128, 4096, 4096, 128, torch.bfloat16, True),   # 32 tiles, no whole wave: split-K in quarters
     (100, 1000, 2048, 64, torch.float16, False),    # 8 tiles with M and N tails, split-K
