@@ -41,7 +41,8 @@ Kernels (the reasoning, per-cell byte counts and predicted times are in notes/in
     few output tiles, split-K by its stream-K pieces): TMA ring of x tiles and packed weight tiles,
     each packed byte converted in registers to ((q0 - z)·s, (q1 - z)·s) rounded once to x.dtype (the
     numerics of ``SCALE_IN`` and ``dequant_mm``) straight into wgmma's register A operand, Y^T tiles.
-    Needs bf16/fp16 x with scales of the same dtype, K % 32 == 0 and whole groups per K step;
+    Needs bf16/fp16 x with scales of the same dtype and K % 32 == 0; a K step holds whole groups (groups of
+    16-32 take two or more a step, each with its own zero-point and scale) or is a part of one;
     elsewhere ``_mma_kernel`` (M < 512) or ``dequant_mm`` runs instead.
   * ``_dequant_kernel`` + cuBLAS (large M, ``{"kernel": "dequant_mm"}``, the default from M = 4096 where
     M·N·K >= 2^36, and where the Gluon kernel cannot run from M = 512):
@@ -743,9 +744,9 @@ def _fallback_config(M: int, N: int, K: int) -> dict:
     return _default_mma(M, N, K) if M < _DEQUANT_MM_MIN_M else _dequant_mm()
 
 
-# Groups smaller than this cut the small kernel's chunks and the Gluon GEMM's K step (both are min(g, their depth)).
+# Groups smaller than this cut the small kernel's chunks (min(g, 128) deep).
 _FULL_GROUP = 128
-_DEQUANT_MM_MIN_MACS_SMALL_GROUP = 1 << 35  # _fit_group: dequant_mm at groups under 64 from M = 1024 and this size
+_DEQUANT_MM_MIN_MACS_SMALL_GROUP = 1 << 36  # _fit_group: dequant_mm at groups under 64 from M = 1024 and this size
 
 
 def _fit_group(config: dict, M: int, N: int, K: int, group_size: int) -> dict:
@@ -756,17 +757,17 @@ def _fit_group(config: dict, M: int, N: int, K: int, group_size: int) -> dict:
       1024 x 4096 in 18.3 (under bf16's 12.7) where the decode kernel, which takes several groups a chunk, ran 16.1
       and 12.5; at g = 64 16.4 / 12.7 against 15.9 / 12.2. The decode program by N, as the sweeps of the 14336-wide
       layers picked it (MT 4 with x at use: 28.2 µs at 14336 x 4096, g = 32, where the small kernels took 44-63);
-    * the Gluon GEMM where the group cuts its K step under 64 (g <= 32), from M = 1024 on problems of 2^35
-      multiply-adds: the dequantized weight and cuBLAS, 17-29 % faster (14336 x 4096 M = 1024 273.0 -> 218.5 µs,
-      4096² M = 4096 282.2 -> 200.6); on smaller problems its host time (~90 µs a call) would show.
+    * the Gluon GEMM at groups under 64 (two or more groups' zero-points and scales a K step) on problems of 2^36
+      multiply-adds from M = 1024: the dequantized weight and cuBLAS, 20 % faster at 4096² M = 4096 (254.0 ->
+      203.7 µs at g = 32); at M = 1024 on the 14336-wide layers (2^35.8) level or 4 % faster on the GPU
+      (223.8 / 223.3, 222.8 / 213.5 µs), where its ~90 µs of host time a call would show eagerly.
     """
     if group_size >= _FULL_GROUP:
         return config
     kind = config["kernel"]
     if kind == "small" and 8 < M <= _SMALL_MAX_M:
         return _decode(1, 8) if N <= 2048 else _decode(1, 4) if N < 8192 else _decode(4, 4, xpf=False)
-    if kind == "tma_wgmma" and min(int(config["BLOCK_K"]), group_size) < 64 and M >= 1024 \
-            and M * N * K >= _DEQUANT_MM_MIN_MACS_SMALL_GROUP:
+    if kind == "tma_wgmma" and group_size < 64 and M >= 1024 and M * N * K >= _DEQUANT_MM_MIN_MACS_SMALL_GROUP:
         return _dequant_mm(16, 512, 4)
     return config
 

@@ -43,7 +43,12 @@ next to a 29.4 MB output at the shape above). Measured (notes/int8_weight_only.m
 
 The same kernel takes packed int4 weights (``INT4``, :func:`launch_int4`): tiles [BLOCK_N, BLOCK_K / 2]
 of bytes loaded in the layout whose two nibbles are exactly the A fragment's registers
-(:func:`packed_a_layout`), each byte converted with its group's zero-point and scale in one pass.
+(:func:`packed_a_layout`), each byte converted with its group's zero-point and scale in one pass. A K step is
+part of a group, one group, or (groups of 16-32) several: then each row loads one zero-point and scale per group
+of the step, and the bytes are viewed as [rows, groups, columns] (:func:`packed_a_layout3`), the group index
+being a register index of the fragment, so that each byte meets its own group's pair without moving data. Groups
+of 32 used to cut the step to 32 columns: on an H100 that ran M = 128 at 0.74-0.95x of bf16 and M = 1024 at
+0.59-0.67x, two groups a 64-deep step 0.96-1.23x and 0.72-0.78x (notes/int4_weight_only.md, round 34).
 
 Numerics. int8: those of ``int8_weight_only_linear`` — float32 accumulation in the tensor cores, the
 per-channel scale and the bias applied once to the float32 sum, one rounding to x.dtype. int4: the
@@ -398,8 +403,8 @@ def _wo_rs_kernel(x_desc, w_desc, scale_ptr, z_ptr, bias_ptr, y_ptr, ws_ptr, cnt
                   STAGES: gl.constexpr, GROUP_SIZE: gl.constexpr, INSTR_N: gl.constexpr, P_LAYOUT: gl.constexpr,
                   STREAM_K: gl.constexpr, SK_PIECES: gl.constexpr, P3_LAYOUT: gl.constexpr, num_warps: gl.constexpr):
     """The register-operand kernel (module docstring), int8 or packed int4 (INT4: [BLOCK_N, BLOCK_K / 2]
-    byte tiles; the group's zero-point and scale applied in the conversion, GROUP_SIZE a multiple of
-    BLOCK_K so that a step sees one group). A program computes tiles program_id, program_id + nprog,
+    byte tiles; the group's zero-point and scale applied in the conversion; GROUP_SIZE a multiple of BLOCK_K,
+    or with P3_LAYOUT a divisor of it, BLOCK_K / GROUP_SIZE groups a step). A program computes tiles program_id, program_id + nprog,
     ... < DP_TILES (persistent when the grid is smaller than the tile count), then (STREAM_K) its
     range of SK_LEN steps of the last SK_TILES tiles' K steps, one of a tile's SK_PIECES pieces
     (module docstring, "Stream-K"). Its steps are numbered across its units: the TMA ring runs on

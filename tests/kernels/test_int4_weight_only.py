@@ -402,9 +402,8 @@ def test_a_smaller_group_runs_the_refitted_config(kernel_device, monkeypatch, m,
 
 def test_configs_fit_groups_under_128():
     """_fit_group: the tables' configs (chosen at group 128) at smaller groups. The small kernel at 8 < M <= 16 gives
-    way to the decode kernel, by N; the Gluon GEMM whose K step the group cuts under 64 gives way to dequant_mm
-    from M = 1024 on problems of 2^35 multiply-adds. Everything else, and every config at groups of 128 and more,
-    is kept."""
+    way to the decode kernel, by N; the Gluon GEMM at groups under 64 gives way to dequant_mm from M = 1024 on
+    problems of 2^36 multiply-adds. Everything else, and every config at groups of 128 and more, is kept."""
     fit = k4._fit_group
     small, wide = k4._small(16, 4, 4, 4), k4._small(64, 4, 4, 3)
     assert fit(small, 16, 4096, 4096, 32) == k4._decode(1, 4)
@@ -415,10 +414,10 @@ def test_configs_fit_groups_under_128():
     assert fit(small, 8, 4096, 4096, 32) == small  # (M <= 8: the decode sizes' own entries)
     tma = k4.default_config(1024, 14336, 4096)
     assert tma["kernel"] == "tma_wgmma" and tma["BLOCK_K"] == 64
-    assert fit(tma, 1024, 14336, 4096, 32) == k4._dequant_mm(16, 512, 4)
-    assert fit(tma, 4096, 4096, 4096, 16)["kernel"] == "dequant_mm"
-    assert fit(tma, 1024, 14336, 4096, 64) == tma  # a whole 64-deep step
-    assert fit(tma, 1024, 4096, 4096, 32) == tma  # 2^34 multiply-adds: the path's host time would show
+    assert fit(tma, 4096, 4096, 4096, 32) == k4._dequant_mm(16, 512, 4)
+    assert fit(tma, 1024, 14336, 8192, 16)["kernel"] == "dequant_mm"
+    assert fit(tma, 4096, 4096, 4096, 64) == tma  # one group a 64-deep step
+    assert fit(tma, 1024, 14336, 4096, 32) == tma  # 2^35.8 multiply-adds: level on the GPU, less host time
     assert fit(tma, 512, 14336, 16384, 32) == tma  # under 1024 rows
     for m, n, k, g in ((16, 4096, 4096, 32), (1024, 14336, 4096, 32), (2048, 4096, 4096, 16)):
         k4._check_config(fit(k4.default_config(m, n, k), m, n, k, g))
