@@ -753,10 +753,11 @@ def _fit_group(config: dict, M: int, N: int, K: int, group_size: int) -> dict:
     """A tuned or default config (chosen at group 128: the tables are keyed by shape alone) made fit for a smaller
     group (as fp8-block's ``_fit_block`` for its blocks). On an H100 (notes/int4_weight_only.md, round 34):
 
-    * the small kernel at 8 < M <= 16: its K chunks are min(g, 128) deep, and at g = 32 it ran 4096² in 22.2 µs and
-      1024 x 4096 in 18.3 (under bf16's 12.7) where the decode kernel, which takes several groups a chunk, ran 16.1
-      and 12.5; at g = 64 16.4 / 12.7 against 15.9 / 12.2. The decode program by N, as the sweeps of the 14336-wide
-      layers picked it (MT 4 with x at use: 28.2 µs at 14336 x 4096, g = 32, where the small kernels took 44-63);
+    * the small kernel at 4 < M <= 16: its K chunks are min(g, 128) deep, and at g = 32, M = 16 it ran 4096² in 22.2
+      µs and 1024 x 4096 in 18.3 (under bf16's 12.7) where the decode kernel, which takes several groups a chunk,
+      ran 16.1 and 12.5; at g = 64 16.4 / 12.7 against 15.9 / 12.2; at M = 8 (g = 32 / 64) 19.4 / 14.6 and 15.8 /
+      11.9 against 14.6 / 14.3 and 10.9 / 10.6. The decode program by N, as the sweeps of the 14336-wide layers
+      picked it (MT 4 with x at use: 28.2 µs at 14336 x 4096, g = 32, M = 16, where the small kernels took 44-63);
     * the Gluon GEMM at groups under 64 (two or more groups' zero-points and scales a K step) on problems of 2^36
       multiply-adds from M = 1024: the dequantized weight and cuBLAS, 20 % faster at 4096² M = 4096 (254.0 ->
       203.7 µs at g = 32); at M = 1024 on the 14336-wide layers (2^35.8) level or 4 % faster on the GPU
@@ -765,7 +766,7 @@ def _fit_group(config: dict, M: int, N: int, K: int, group_size: int) -> dict:
     if group_size >= _FULL_GROUP:
         return config
     kind = config["kernel"]
-    if kind == "small" and 8 < M <= _SMALL_MAX_M:
+    if kind == "small" and 4 < M <= _SMALL_MAX_M:
         return _decode(1, 8) if N <= 2048 else _decode(1, 4) if N < 8192 else _decode(4, 4, xpf=False)
     if kind == "tma_wgmma" and group_size < 64 and M >= 1024 and M * N * K >= _DEQUANT_MM_MIN_MACS_SMALL_GROUP:
         return _dequant_mm(16, 512, 4)

@@ -385,7 +385,7 @@ def test_default_configs(kernel_device, m, n, k, g, dtype):
 @pytest.mark.parametrize("m,n,k,g,dtype", [(12, 40, 256, 32, torch.bfloat16), (16, 24, 128, 64, torch.float16)])
 def test_a_smaller_group_runs_the_refitted_config(kernel_device, monkeypatch, m, n, k, g, dtype):
     """config=None at a group under 128: the config fitted to the group (the decode kernel in the place of the small
-    kernel at 8 < M <= 16; where it cannot run, as on the CPU, the default small-M config); a config passed in runs
+    kernel at 4 < M <= 16; where it cannot run, as on the CPU, the default small-M config); a config passed in runs
     as given."""
     x, packed, scale, zero, b, _ = make_problem(m, n, k, g, dtype, kernel_device, bias=True)
     y = k4.linear(x, packed, scale, zero, b, g)
@@ -401,7 +401,7 @@ def test_a_smaller_group_runs_the_refitted_config(kernel_device, monkeypatch, m,
 
 
 def test_configs_fit_groups_under_128():
-    """_fit_group: the tables' configs (chosen at group 128) at smaller groups. The small kernel at 8 < M <= 16 gives
+    """_fit_group: the tables' configs (chosen at group 128) at smaller groups. The small kernel at 4 < M <= 16 gives
     way to the decode kernel, by N; the Gluon GEMM at groups under 64 gives way to dequant_mm from M = 1024 on
     problems of 2^36 multiply-adds. Everything else, and every config at groups of 128 and more, is kept."""
     fit = k4._fit_group
@@ -411,7 +411,8 @@ def test_configs_fit_groups_under_128():
     assert fit(wide, 16, 14336, 4096, 32) == k4._decode(4, 4, xpf=False)
     for g in (128, 256):
         assert fit(small, 16, 4096, 4096, g) == small
-    assert fit(small, 8, 4096, 4096, 32) == small  # (M <= 8: the decode sizes' own entries)
+    assert fit(small, 8, 4096, 4096, 32) == k4._decode(1, 4)
+    assert fit(small, 4, 4096, 4096, 32) == small  # (M <= 4: the DIAG entries' sizes)
     tma = k4.default_config(1024, 14336, 4096)
     assert tma["kernel"] == "tma_wgmma" and tma["BLOCK_K"] == 64
     assert fit(tma, 4096, 4096, 4096, 32) == k4._dequant_mm(16, 512, 4)
