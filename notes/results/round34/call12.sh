@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Round 34, call 12 (H100): the M = 8 entries, eagerly. The per-layer bench at M = 8 (and M = 5) of both weight-only
-# recipes (and int4 at group 32, whose M = 5-8 configs _fit_group now adapts) on the code before (4825dbda7ae47e3d9ee4908d3ef80ade50cfeca4, archived
-# to /tmp/old) and after, back to back, three rounds each; then the GPU tests of every shipped entry.
+# recipes (and int4 at group 32, whose M = 5-8 configs _fit_group now adapts) on the code before (4825dbd: its tables and int4 module
+# in before_m8/, copied into /tmp/old) and after, back to back, three rounds each; then the GPU tests of every shipped entry.
 set -u
 export TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
 mkdir -p $OUT/r /tmp/old
-git archive 4825dbda7ae47e3d9ee4908d3ef80ade50cfeca4 | tar -x -C /tmp/old
+# the before side: this tree with the three files of 4825dbd that the change touched (before_m8/)
+cp -r quantkit /tmp/old/ && B=notes/results/round34/before_m8
+cp $B/int4_weight_only.json $B/int8_weight_only.json /tmp/old/quantkit/kernels/tuned/
+cp $B/int4_weight_only.py /tmp/old/quantkit/kernels/
 date -u > $OUT/r/env12.txt
 A="bench layers --no-plot --no-peers --no-floor --no-gpu-time --rounds 3 --m 5,8"
 R="int8-weight-only int4-weight-only int4-weight-only:group_size=32"
