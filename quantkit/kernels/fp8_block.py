@@ -916,10 +916,14 @@ def _gemm_default(M: int, N: int, K: int) -> dict:
     return _gluon(128, 128, 8, 4)
 
 
+def _own(config: dict) -> dict:
+    """``config``, with our own large-M GEMM (the Gluon GEMM) in the place of cuBLAS's."""
+    return _gluon(128, 128, 8, 4) if config["kernel"] == "cublas" else config
+
+
 def _own_gemm_default(M: int, N: int, K: int) -> dict:
     """:func:`default_config` with our own GEMM where it would pick cuBLAS's."""
-    config = default_config(M, N, K)
-    return _gluon(128, 128, 8, 4) if config["kernel"] == "cublas" else config
+    return _own(default_config(M, N, K))
 
 
 def _fit_block(config: dict, block_size: int) -> dict:
@@ -1288,9 +1292,7 @@ def _triton_gemm_config(m: int, n: int, k: int, block_size: int) -> dict:
     """Our own GEMM on activations already quantized, where a ``cublas`` or ``decode`` config cannot run: what
     ``linear`` runs there (:func:`_gemm_default`), with the Gluon GEMM for cuBLAS and the swap kernel where the
     default quantizes x itself (M <= 16)."""
-    config = _gemm_default(m, n, k)
-    if config["kernel"] == "cublas":
-        config = _gluon(128, 128, 8, 4)
+    config = _own(_gemm_default(m, n, k))
     if config["fuse_act_quant"]:
         config = _swap(64, 64, 1, 4, 4, False)
     return _fit_block(config, block_size)
