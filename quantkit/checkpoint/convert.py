@@ -282,7 +282,7 @@ def _plan(ckpt: Checkpoint, config: dict, input_dir: Path, resolver: SchemeResol
         else:
             is_linear = looks_linear(module, ckpt)
         is_linear = is_linear or stored_quantized
-        src = resolver.layout_for(module, is_linear, dtype_of, where)
+        src = resolver.layout_for(model_name, is_linear, dtype_of, where)  # the config speaks of model names
 
         if src is None:
             if dequantize or not is_linear or dtype_of("weight") is None:

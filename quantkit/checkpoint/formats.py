@@ -478,7 +478,8 @@ class SchemeResolver:
                    where: Locator) -> Layout | None:
         """The layout ``module``'s tensors are in, or None for a high-precision (or absent) module.
 
-        ``dtype_of(suffix)`` gives the stored dtype of ``<module>.<suffix>`` (None if absent).
+        ``module`` is the model's name for it (what quantization_config's targets and ignore list match);
+        ``dtype_of(suffix)`` gives the stored dtype of its tensor ``suffix`` (None if absent).
         """
         weight = dtype_of("weight")
         if weight in (FP8, torch.int8) and is_linear:

@@ -79,7 +79,8 @@ def load_quantized(directory: str | os.PathLike, model: nn.Module | None = None,
         if not isinstance(module, (nn.Linear, QuantizedLinear)):
             continue
         prefix = mapper.module_to_ckpt(name, ("weight", "weight_packed", "qweight", "bias"))
-        layout = resolver.layout_for(prefix, True, lambda s, p=prefix: ckpt.dtype(f"{p}.{s}"), locator(prefix))
+        # quantization_config names modules as the model does; the tensors go by the checkpoint's names
+        layout = resolver.layout_for(name, True, lambda s, p=prefix: ckpt.dtype(f"{p}.{s}"), locator(prefix))
         if isinstance(module, QuantizedLinear):
             have = recipe_of(module)
             if layout is None or layout.recipe != have:

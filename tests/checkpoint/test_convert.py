@@ -419,3 +419,34 @@ def test_cli_default_int4_recipe_on_minilm(tmp_path, minilm):
     assert cli(["convert", str(path), str(tmp_path / "int4"), "--recipe", "int4-weight-only", "--no-progress"]) == 0
     model = load_quantized(tmp_path / "int4")
     assert (_embed(model, batch) * reference).sum(-1).min() >= 0.95
+
+
+def test_checkpoint_names_with_the_base_model_prefix(tmp_path):
+    """A BertModel checkpoint whose tensors are named ``bert.…`` (as saved from a model with a head):
+    quantization_config speaks of the model's module names, and the converter and the loader read
+    it that way, so the converted checkpoint loads and converts back."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                     num_attention_heads=2, max_position_embeddings=32)
+    bert = transformers.BertModel(config).eval()
+    src = tmp_path / "in"
+    src.mkdir()
+    save_file({f"bert.{k}": v.contiguous() for k, v in bert.state_dict().items()}, str(src / "model.safetensors"),
+              metadata={"format": "pt"})
+    write_config(src, {**config.to_dict(), "architectures": ["BertModel"]})
+    out = tmp_path / "int8"
+    convert_checkpoint(src, out, "int8-dynamic", ignore=["pooler.dense"],
+                       overrides={"encoder.layer.0.output.dense": "int8-weight-only"}, progress=False)
+    qc = read_config(out)["quantization_config"]
+    assert qc["ignore"] == ["pooler.dense"]
+    assert "encoder.layer.0.output.dense" in qc["config_groups"]["group_1"]["targets"]
+    model = load_quantized(out)
+    assert type(model.pooler.dense) is torch.nn.Linear
+    assert sum(isinstance(m, QuantizedLinear) for m in model.modules()) == 6
+    assert torch.equal(model.pooler.dense.weight, bert.pooler.dense.weight)
+    convert_checkpoint(out, tmp_path / "back", dequantize=True, dtype=torch.float32, progress=False)
+    dense = load_quantized(tmp_path / "back")
+    layer = model.encoder.layer[0].output.dense
+    assert torch.equal(dense.encoder.layer[0].output.dense.weight, layer.dequantize(torch.float32))
