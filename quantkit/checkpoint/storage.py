@@ -92,11 +92,18 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, TensorInfo], dict[st
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
     metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CheckpointError(f"{path}: corrupt safetensors header (__metadata__ must map names to strings, got "
+                              f"{metadata!r})")
     infos = []
     for name, entry in header.items():
         try:
             dtype_name, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-            shape = tuple(int(s) for s in shape)
+            # what safetensors itself accepts: a dtype name, sizes and offsets that are non-negative integers
+            if not (isinstance(dtype_name, str) and isinstance(shape, list)
+                    and all(type(v) is int and v >= 0 for v in (*shape, begin, end))):
+                raise TypeError
+            shape = tuple(shape)
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path}: corrupt safetensors header entry for tensor {name!r}: {entry!r}") from None
         if dtype_name not in DTYPES:

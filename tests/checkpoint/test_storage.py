@@ -204,3 +204,24 @@ def test_atomic_output_dir(tmp_path):
     with pytest.raises(FileExistsError, match="overlaps the input"):
         with atomic_output_dir(out / "inner", inputs=[out]):
             pass
+
+
+@pytest.mark.parametrize("header", [
+    {"__metadata__": "not an object", "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+    {"__metadata__": [["format", "pt"]], "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+    {"w": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}},
+    {"w": {"dtype": "F32", "shape": [-1, -1], "data_offsets": [0, 4]}},
+    {"w": {"dtype": "F32", "shape": "1", "data_offsets": [0, 4]}},
+    {"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}},
+    {"w": {"dtype": "F32", "shape": [1], "data_offsets": [False, 4]}},
+    {"__metadata__": {"format": {"pt": 1}}, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+], ids=["metadata-string", "metadata-list", "dtype-list", "negative-shape", "shape-string", "shape-float",
+        "offset-bool", "metadata-value"])
+def test_malformed_header_fields_are_reported_with_the_file(tmp_path, header):
+    """Every malformed field is a CheckpointError naming the file, found by the header check (never a
+    TypeError, nor a header safetensors itself refuses only when the tensor is read)."""
+    raw = json.dumps(header).encode()
+    path = tmp_path / "x.safetensors"
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
+    with pytest.raises(CheckpointError, match=r"x\.safetensors: corrupt"):
+        read_header(path)
