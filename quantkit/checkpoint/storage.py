@@ -172,6 +172,9 @@ class Checkpoint:
             raise CheckpointError(f"{index_path}: not a valid safetensors index (needs a 'weight_map' object)") from None
         shards: dict[str, list[str]] = {}
         for name, shard in weight_map.items():
+            if not isinstance(shard, str):
+                raise CheckpointError(f"{index_path}: not a valid safetensors index (tensor {name!r} is mapped to "
+                                      f"{shard!r}, not to a file name)")
             shards.setdefault(shard, []).append(name)
         for shard, names in shards.items():
             file = self.directory / shard
@@ -183,6 +186,11 @@ class Checkpoint:
                 if name not in header:
                     raise CheckpointError(f"{index_path}: says tensor {name!r} is in {shard}, which has no such tensor")
                 self._tensors[name] = header[name]
+            unlisted = [name for name in header if name not in weight_map]
+            if unlisted:
+                raise CheckpointError(f"{index_path}: has no entry for tensor {unlisted[0]!r} of {shard}"
+                                      f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}; a "
+                                      f"tensor the index does not list would be left out")
             self.files.append(file)
 
     # -- lookup -----------------------------------------------------------------------------------

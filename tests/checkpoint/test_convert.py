@@ -290,6 +290,17 @@ def test_index_names_a_missing_shard(tmp_path, small_model, capsys):
            small_model, tmp_path / "out")
 
 
+def test_index_missing_an_entry(tmp_path, small_model, capsys):
+    index_path = small_model / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shard = _shards(small_model)[0].name
+    name = sorted(k for k, v in index["weight_map"].items() if v == shard)[-1]
+    del index["weight_map"][name]
+    index_path.write_text(json.dumps(index))
+    _fails(capsys, ["convert", str(small_model), str(tmp_path / "out"), "--recipe", "int8-dynamic"],
+           rf"index\.json: has no entry for tensor '{name}' of {shard}", small_model, tmp_path / "out")
+
+
 def test_no_safetensors_at_all(tmp_path, capsys):
     (tmp_path / "in").mkdir()
     write_config(tmp_path / "in", {"architectures": ["LlamaForCausalLM"]})

@@ -225,3 +225,24 @@ def test_malformed_header_fields_are_reported_with_the_file(tmp_path, header):
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 4)
     with pytest.raises(CheckpointError, match=r"x\.safetensors: corrupt"):
         read_header(path)
+
+
+def test_index_missing_an_entry_for_a_tensor_of_its_shard(tmp_path):
+    """A tensor the index does not list would silently drop out of a conversion: it is an error."""
+    index = _sharded(tmp_path)
+    del index["weight_map"]["b"]
+    (tmp_path / INDEX_NAME).write_text(json.dumps(index))
+    # s2.safetensors is no longer named by the index at all: it is not part of the model
+    assert Checkpoint(tmp_path).names() == ["a"]
+    save_file({"a": torch.zeros(2), "a2": torch.ones(1)}, str(tmp_path / "s1.safetensors"))
+    with pytest.raises(CheckpointError, match=r"index\.json: has no entry for tensor 'a2' of s1\.safetensors"):
+        Checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("shard", [None, 3, ["s1.safetensors"]])
+def test_index_with_a_shard_name_that_is_not_a_string(tmp_path, shard):
+    index = _sharded(tmp_path)
+    index["weight_map"]["b"] = shard
+    (tmp_path / INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"index\.json: not a valid safetensors index.*'b'"):
+        Checkpoint(tmp_path)
