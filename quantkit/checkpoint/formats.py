@@ -215,8 +215,11 @@ def infer_shape(layout: Layout, shape_of: Callable[[str], "tuple[int, ...] | Non
         stored = read("weight_shape")
         if stored is None:
             raise CheckpointError(f"{where('weight_shape')}: missing (pack-quantized weights need their shape)")
-        n, k = (int(v) for v in stored.reshape(-1).tolist())
-        return n, k
+        values = [int(v) for v in stored.reshape(-1).tolist()]
+        if len(values) != 2 or min(values) <= 0:
+            raise CheckpointError(f"{where('weight_shape')}: {values} is not a weight shape [out_features, "
+                                  f"in_features]")
+        return values[0], values[1]
     if layout.kind == "gptq":
         return primary[1], primary[0] * 8
     if layout.kind == "awq":

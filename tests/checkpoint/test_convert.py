@@ -368,6 +368,21 @@ def test_dtype_mismatch(tmp_path, capsys):
         load_quantized(tmp_path / "ct")
 
 
+@pytest.mark.parametrize("shape", [[256, 128, 1], [256], [0, 128]], ids=["three", "one", "zero"])
+def test_pack_quantized_weight_shape_that_is_not_a_shape(tmp_path, capsys, shape):
+    model = tiny_llama(dtype=torch.float32)
+    model.save_pretrained(tmp_path / "in")
+    convert_checkpoint(tmp_path / "in", tmp_path / "ct", "int8-weight-only", progress=False)
+    file = tmp_path / "ct" / "model.safetensors"
+    with safe_open(str(file), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    tensors["model.layers.0.mlp.up_proj.weight_shape"] = torch.tensor(shape, dtype=torch.int64)
+    save_file(tensors, str(file), metadata={"format": "pt"})
+    _fails(capsys, ["convert", str(tmp_path / "ct"), str(tmp_path / "out"), "--dequantize"],
+           r"model\.safetensors: tensor model\.layers\.0\.mlp\.up_proj\.weight_shape: \[[\d, ]*\] is not a weight "
+           r"shape \[out_features, in_features\]", tmp_path / "ct", tmp_path / "out")
+
+
 def test_unknown_quant_method_and_existing_output(tmp_path, small_model, capsys):
     config = read_config(small_model)
     config["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
