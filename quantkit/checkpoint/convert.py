@@ -66,6 +66,10 @@ _OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".
 
 QUANTIZE, REENCODE, REQUANTIZE, DEQUANTIZE = "quantize", "re-encode", "requantize", "dequantize"
 
+# Tensors that belong to a quantized weight, by quant_method: one without its module's weight is an error
+_AUXILIARY = {"compressed-tensors": ("weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx"),
+              "fp8": ("weight_scale_inv",), "gptq": ("qzeros", "scales", "g_idx"), "awq": ("qzeros", "scales")}
+
 
 @dataclass
 class _Unit:
@@ -264,6 +268,11 @@ def _plan(ckpt: Checkpoint, config: dict, input_dir: Path, resolver: SchemeResol
         if suffix in ("weight", "weight_packed", "qweight") and module and module not in seen:
             seen.add(module)
             modules.append(module)
+    for name in ckpt.names():
+        module, _, suffix = name.rpartition(".")
+        if module not in seen and suffix in _AUXILIARY.get(resolver.method, ()):
+            raise CheckpointError(f"{ckpt.info(name).file}: tensor {name}: a quantization tensor, but {module} has no "
+                                  f"weight ({module}.weight, .weight_packed or .qweight is missing)")
 
     units: list[_Unit] = []
     for module in modules:

@@ -342,6 +342,25 @@ def test_fp8_weight_without_scale_in_another_shard(tmp_path, capsys):
            tmp_path / "fp8", tmp_path / "out")
 
 
+@pytest.mark.parametrize("fmt, recipe, primary, rest", [
+    ("compressed-tensors", INT4, "weight_packed", r"weight_\w+"), ("fp8", "fp8-block", "weight", "weight_scale_inv"),
+    ("compressed-tensors", "fp8-block", "weight", "weight_scale")], ids=["ct-int4", "deepseek-fp8", "ct-fp8"])
+def test_quantized_weight_missing_but_its_scale_present(tmp_path, capsys, fmt, recipe, primary, rest):
+    """The scale (zero-points, shape) of a module whose weight is missing is reported, not copied through."""
+    model = tiny_llama(dtype=torch.float32)
+    model.save_pretrained(tmp_path / "in")
+    convert_checkpoint(tmp_path / "in", tmp_path / "q", recipe, format=fmt, progress=False)
+    file = tmp_path / "q" / "model.safetensors"
+    with safe_open(str(file), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    del tensors[f"model.layers.1.mlp.up_proj.{primary}"]
+    save_file(tensors, str(file), metadata={"format": "pt"})
+    for argv in (["--dequantize"], ["--recipe", "int8-dynamic"]):
+        _fails(capsys, ["convert", str(tmp_path / "q"), str(tmp_path / "out"), *argv],
+               rf"model\.safetensors: tensor model\.layers\.1\.mlp\.up_proj\.{rest}: .*model\.layers\.1\.mlp\.up_proj "
+               rf"has no weight", tmp_path / "q", tmp_path / "out")
+
+
 def test_shape_mismatch_against_the_model(tmp_path, small_model, capsys):
     config = read_config(small_model)
     config["intermediate_size"] = 320
