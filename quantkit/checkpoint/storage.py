@@ -421,8 +421,17 @@ def atomic_output_dir(output: str | os.PathLike, overwrite: bool = False,
         check_output_dir(output, overwrite, inputs)  # it may have appeared meanwhile
         if output.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{output.name}.old-", dir=output.parent))
-            os.rename(output, old / output.name)
-            os.rename(tmp, output)
+            try:
+                os.rename(output, old / output.name)
+            except BaseException:
+                os.rmdir(old)
+                raise
+            try:
+                os.rename(tmp, output)
+            except BaseException:
+                os.rename(old / output.name, output)  # the old output back in its place
+                os.rmdir(old)
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, output)

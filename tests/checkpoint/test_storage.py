@@ -246,3 +246,29 @@ def test_index_with_a_shard_name_that_is_not_a_string(tmp_path, shard):
     (tmp_path / INDEX_NAME).write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match=r"index\.json: not a valid safetensors index.*'b'"):
         Checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, OSError])
+def test_overwrite_keeps_the_old_output_when_the_new_one_cannot_take_its_place(tmp_path, monkeypatch, error):
+    """--overwrite moves the old output aside before renaming the new one in: if that second rename fails
+    (Ctrl-C, a file system error), the old output is put back, not left in a hidden directory."""
+    import os
+
+    from quantkit.checkpoint import storage
+
+    out = tmp_path / "out"
+    with atomic_output_dir(out) as tmp:
+        (tmp / "v1.txt").write_text("1")
+    real = os.rename
+
+    def rename(src, dst):
+        if ".partial-" in str(src):
+            raise error
+        return real(src, dst)
+
+    monkeypatch.setattr(storage.os, "rename", rename)
+    with pytest.raises(error):
+        with atomic_output_dir(out, overwrite=True) as tmp:
+            (tmp / "v2.txt").write_text("2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in out.iterdir()) == ["v1.txt"]
