@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -173,7 +173,8 @@ def convert_checkpoint(
     if not dequantize:
         if recipe is None and not resolver.quantized:
             raise ValueError(f"{input_dir} is not quantized: a recipe is needed (e.g. --recipe int4-weight-only)")
-        plan = load_plan(recipe).with_extra(ignore, overrides) if recipe is not None else None
+        # without a recipe, --ignore and --override still apply: to the stored recipes (see _plan)
+        plan = load_plan(recipe).with_extra(ignore, overrides) if recipe is not None or ignore or overrides else None
     elif recipe is not None:
         raise ValueError("dequantize=True converts back to high precision: do not pass a recipe too")
     check_output_dir(output_dir, overwrite, [input_dir])
@@ -329,7 +330,11 @@ def _plan(ckpt: Checkpoint, config: dict, input_dir: Path, resolver: SchemeResol
             if dequantize:
                 unit = _Unit(module, DEQUANTIZE, src, None, None, shape, inputs)
             else:
-                recipe, why = plan.recipe_for(model_name) if plan is not None else (src.recipe, "")
+                if plan is None:
+                    recipe, why = src.recipe, ""
+                else:  # a plan without a default recipe leaves a stored module in its own
+                    own = plan if plan.default is not None else replace(plan, default=src.recipe)
+                    recipe, why = own.recipe_for(model_name)
                 if recipe is None:
                     report.kept[module] = why
                     unit = _Unit(module, DEQUANTIZE, src, None, None, shape, inputs)

@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from quantkit.checkpoint import CheckpointError, convert_checkpoint, load_quantized
 from quantkit.cli import main as cli
-from quantkit.layers import Fp8BlockLinear, QuantizedLinear
+from quantkit.layers import Fp8BlockLinear, Int8DynamicLinear, QuantizedLinear
 
 from .common import INT4, RECIPES, bits, minilm_path, read_config, tiny_llama, tree_digest, write_config
 
@@ -125,6 +125,27 @@ def test_requantize_and_format_change_of_a_quantized_input(tmp_path, minilm):
     convert_checkpoint(tmp_path / "fp8", tmp_path / "int8", "int8-weight-only", progress=False)
     model = load_quantized(tmp_path / "int8")
     assert (_embed(model, batch) * reference).sum(-1).min() > 0.99
+
+
+def test_ignore_and_override_without_a_recipe_apply_to_a_quantized_input(tmp_path):
+    """No --recipe: every stored module keeps its recipe (a format change), except those --ignore names
+    (dequantized) and those an --override matches."""
+    model = tiny_llama(dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path / "in")
+    convert_checkpoint(tmp_path / "in", tmp_path / "fp8", "fp8-block", format="fp8", progress=False)
+    assert cli(["convert", str(tmp_path / "fp8"), str(tmp_path / "out"), "--ignore", "model.layers.0.mlp.down_proj",
+                "--override", "*.up_proj=int8-dynamic", "--no-progress"]) == 0
+    qc = read_config(tmp_path / "out")["quantization_config"]
+    assert qc["ignore"] == ["lm_head", "model.layers.0.mlp.down_proj"]
+    fp8, out = load_quantized(tmp_path / "fp8"), load_quantized(tmp_path / "out")
+    kept = out.model.layers[0].mlp.down_proj
+    assert type(kept) is torch.nn.Linear
+    assert torch.equal(kept.weight, fp8.model.layers[0].mlp.down_proj.dequantize(torch.bfloat16))
+    for layer in (0, 1):
+        assert isinstance(out.model.layers[layer].mlp.up_proj, Int8DynamicLinear)
+        a, b = fp8.model.layers[layer].self_attn.q_proj, out.model.layers[layer].self_attn.q_proj
+        assert isinstance(b, Fp8BlockLinear) and torch.equal(bits(a.weight), bits(b.weight))
+        assert torch.equal(a.weight_scale, b.weight_scale)
 
 
 def test_tied_language_model_converts_and_transformers_reads_it(tmp_path):
