@@ -231,6 +231,9 @@ def test_unknown_field_lists_valid_ones():
     (lambda: quantkit.load_plan({"group_size": 64}), "missing 'type'"),
     (lambda: quantkit.quantize_(tiny(), "int8-dynamic", ignore=["re:("]), "bad regex"),
     (lambda: quantkit.load_plan(42), "a recipe must be"),
+    # 64.0 == 64 and 128.0 == 128: a float from a JSON/TOML file must not pass as the integer
+    (lambda: quantkit.load_plan({"type": "int4-weight-only", "group_size": 64.0}), "group_size must be one of"),
+    (lambda: Fp8Block(block_size=128.0), "block_size must be 128"),
 ])
 def test_bad_recipe_values(bad, message):
     with pytest.raises(RecipeError, match=message):
