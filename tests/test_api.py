@@ -184,6 +184,32 @@ def test_shared_module_is_replaced_by_one_layer():
     assert [m.name for m in report.quantized] == ["0", "2"]
 
 
+def test_shared_module_is_counted_once_and_decided_by_its_first_name():
+    shared = nn.Linear(128, 128)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    report = quantkit.quantize_(model, "int8-weight-only")
+    # the model holds one weight and one quantized layer, not two
+    assert report.bytes_before == 128 * 128 * 4 + 128 * 4
+    assert report.bytes_after == 128 * 128 + 128 * 4 + 128 * 4
+    assert "same module as '0'" in report.modules[1].reason and "(the same module as '0')" in str(report)
+    for rules in [dict(ignore=["2"]), dict(overrides={"2": "int4-weight-only"}),
+                  dict(filter_fn=lambda module, name: name != "2")]:
+        shared = nn.Linear(128, 128)
+        model = nn.Sequential(shared, nn.ReLU(), shared)
+        with pytest.warns(UserWarning, match=r"'2' is the same module as '0'"):
+            report = quantkit.quantize_(model, "int8-weight-only", **rules)
+        # a rule for one of its names cannot split the module into a quantized and a float copy
+        assert model[0] is model[2] and isinstance(model[2], Int8WeightOnlyLinear), rules
+        assert [(m.status, m.recipe) for m in report.modules] == [("quantized", "int8-weight-only")] * 2
+    shared = nn.Linear(128, 128)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    with pytest.warns(UserWarning, match=r"'2' is the same module as '0'"):
+        report = quantkit.quantize_(model, "int8-weight-only", ignore=["0"])
+    assert model[0] is model[2] and type(model[2]) is nn.Linear
+    assert [m.status for m in report.modules] == ["skipped", "skipped"]
+    assert report.bytes_before == report.bytes_after == 128 * 128 * 4 + 128 * 4
+
+
 def test_multihead_attention_projection_is_kept():
     model = nn.Sequential(nn.MultiheadAttention(128, 4))
     with pytest.warns(UserWarning, match="MultiheadAttention"):
