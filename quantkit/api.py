@@ -139,6 +139,13 @@ def quantize_(
     order = {name: i for i, (name, _) in enumerate(model.named_modules(remove_duplicate=False))}
     report = QuantizeReport()
     targets = _collect(model, plan, filter_fn, report)
+    tied = _tied_weights(model, targets)
+    for name, (others, kept) in tied.items():
+        keeps = f", and {', '.join(kept)} keep{'s' if len(kept) == 1 else ''} the high-precision tensor" if kept else ""
+        quantized_holders = [name] + [o.rpartition(".")[0] for o in others if o not in kept]
+        warnings.warn(f"quantkit: {name}.weight is tied to {', '.join(others)} (the same tensor): quantizing {name} "
+                      f"breaks the tie and gives it a quantized copy of its own{keeps}; ignore={quantized_holders} "
+                      f"keeps them tied", stacklevel=2)
     calibrated = {name: linear for name, _, _, linear, recipe_obj in targets
                   if getattr(recipe_obj, "needs_calibration", False) and not linear.weight.is_meta}
     moments: dict[str, torch.Tensor] = {}
@@ -174,7 +181,8 @@ def quantize_(
             new = quantize_linear(linear, recipe_obj, device=device, name=name)
         replaced[id(linear)] = (new, name)
         setattr(parent, child_name, new)
-        report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), "", _shape(linear),
+        reason = f"weight was tied to {', '.join(tied[name][0])}" if name in tied else ""
+        report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), reason, _shape(linear),
                                            _nbytes(linear), _nbytes(new)))
     report.modules.sort(key=lambda m: order.get(m.name, len(order)))
     return report
@@ -182,6 +190,26 @@ def quantize_(
 
 def _shape(linear: nn.Module) -> tuple[int, int]:
     return (linear.out_features, linear.in_features)
+
+
+def _tied_weights(model: nn.Module, targets) -> dict[str, tuple[list[str], list[str]]]:
+    """{name: (the other names of its weight, those of them not quantized here)} for the modules to
+    quantize whose weight the model also holds elsewhere (tied embeddings): the quantized layer gets a
+    copy of its own, the holders left unquantized keep the float tensor."""
+    names: dict[int, list[str]] = {}
+    for name, _, _, linear, _ in targets:
+        names.setdefault(id(linear), []).append(name)
+    names_quantized = {name for name, *_ in targets}
+    holders: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        holders.setdefault(id(param), []).append(name)
+    tied = {}
+    for name, _, _, linear, _ in targets:
+        mine = names[id(linear)]
+        others = [p for p in holders.get(id(linear.weight), []) if p.rpartition(".")[0] not in mine]
+        if others and name == mine[0]:
+            tied[name] = (others, [p for p in others if p.rpartition(".")[0] not in names_quantized])
+    return tied
 
 
 def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):

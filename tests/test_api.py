@@ -210,6 +210,32 @@ def test_shared_module_is_counted_once_and_decided_by_its_first_name():
     assert report.bytes_before == report.bytes_after == 128 * 128 * 4 + 128 * 4
 
 
+class TiedLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 128)
+        self.body = nn.Linear(128, 128)
+        self.lm_head = nn.Linear(128, 50, bias=False)
+        self.lm_head.weight = self.embed.weight
+
+
+def test_quantizing_a_tied_weight_warns_that_the_tie_is_broken():
+    model = TiedLM()
+    with pytest.warns(UserWarning, match=r"lm_head\.weight is tied to embed\.weight.*embed\.weight keeps the "
+                                         r"high-precision tensor; ignore=\['lm_head'\]"):
+        report = quantkit.quantize_(model, "int8-weight-only")
+    # the embedding still holds the float tensor: the quantized head is a copy beside it
+    assert model.embed.weight.dtype == torch.float32 and isinstance(model.lm_head, Int8WeightOnlyLinear)
+    reasons = {m.name: m.reason for m in report.modules}
+    assert "tied to embed.weight" in reasons["lm_head"] and reasons["body"] == ""
+    assert "tied to embed.weight" in str(report)
+    model = TiedLM()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantkit.quantize_(model, "int8-weight-only", ignore=["lm_head"])
+    assert model.lm_head.weight is model.embed.weight
+
+
 def test_multihead_attention_projection_is_kept():
     model = nn.Sequential(nn.MultiheadAttention(128, 4))
     with pytest.warns(UserWarning, match="MultiheadAttention"):
