@@ -86,7 +86,14 @@ def _nbytes(module: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _is_hf_conv1d(module: nn.Module) -> bool:
+    """transformers' Conv1D (GPT-2 and kin): a linear layer with its weight stored as [in, out]."""
+    return type(module).__name__ == "Conv1D" and type(module).__module__.startswith("transformers")
+
+
 def _unsupported_linear(name: str, module: nn.Linear, parent: nn.Module | None) -> str | None:
+    if _is_hf_conv1d(module):
+        return "transformers' Conv1D (a linear layer with its weight stored as [in, out]) is not an nn.Linear"
     if isinstance(parent, nn.MultiheadAttention):
         return "inside nn.MultiheadAttention, which reads .weight directly instead of calling the module"
     if type(module).forward is not nn.Linear.forward:
@@ -189,6 +196,8 @@ def quantize_(
 
 
 def _shape(linear: nn.Module) -> tuple[int, int]:
+    if _is_hf_conv1d(linear):
+        return (linear.weight.shape[1], linear.weight.shape[0])
     return (linear.out_features, linear.in_features)
 
 
@@ -233,7 +242,7 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
                 report.modules.append(ModuleReport(name, ALREADY, child.format_name, reason,
                                                    _shape(child), nbytes, nbytes))
                 continue
-            if not isinstance(child, nn.Linear):
+            if not isinstance(child, nn.Linear) and not _is_hf_conv1d(child):
                 continue
             excluded = filter_fn is not None and not filter_fn(child, name)
             planned = None if excluded else plan.recipe_for(name)[0]
@@ -256,8 +265,9 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
                 report.modules.append(ModuleReport(name, SKIPPED, str(recipe) if recipe else None, reason,
                                                    _shape(child), nbytes, nbytes))
                 if warn:
-                    warnings.warn(f"quantkit: kept {name} ({type(child).__name__} {child.out_features}x"
-                                  f"{child.in_features}) in high precision: {reason}", stacklevel=4)
+                    out_features, in_features = _shape(child)
+                    warnings.warn(f"quantkit: kept {name} ({type(child).__name__} {out_features}x{in_features}) "
+                                  f"in high precision: {reason}", stacklevel=4)
 
             if excluded:
                 skip("excluded by filter_fn")

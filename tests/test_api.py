@@ -236,6 +236,21 @@ def test_quantizing_a_tied_weight_warns_that_the_tie_is_broken():
     assert model.lm_head.weight is model.embed.weight
 
 
+def test_transformers_conv1d_is_reported_and_kept_with_a_warning():
+    """GPT-2's linear layers are transformers' Conv1D, not nn.Linear: the report must not leave them out."""
+    pytorch_utils = pytest.importorskip("transformers.pytorch_utils")
+    model = nn.Sequential(pytorch_utils.Conv1D(64, 128), nn.Linear(64, 32))
+    with pytest.warns(UserWarning, match=r"kept 0 \(Conv1D 64x128\) in high precision: .*Conv1D"):
+        report = quantkit.quantize_(model, "int8-dynamic")
+    assert [(m.name, m.status, m.shape) for m in report.modules] == [("0", "skipped", (64, 128)),
+                                                                     ("1", "quantized", (32, 64))]
+    assert "quantized 1 of 2" in report.summary() and type(model[0]) is pytorch_utils.Conv1D
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = quantkit.quantize_(nn.Sequential(pytorch_utils.Conv1D(64, 128)), "int8-dynamic", ignore=["0"])
+    assert report.skipped[0].reason == "ignored by pattern '0'"
+
+
 def test_multihead_attention_projection_is_kept():
     model = nn.Sequential(nn.MultiheadAttention(128, 4))
     with pytest.warns(UserWarning, match="MultiheadAttention"):
