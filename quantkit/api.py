@@ -107,7 +107,7 @@ def quantize_(
     model: nn.Module,
     recipe: RecipeLike | QuantizationPlan,
     *,
-    ignore: Iterable[str] = (),
+    ignore: Iterable[str] | None = (),
     overrides: Mapping[str, RecipeLike] | None = None,
     filter_fn: Callable[[nn.Module, str], bool] | None = None,
     device: torch.device | str | None = None,

@@ -232,12 +232,14 @@ class QuantizationPlan:
             return None, "no default recipe and no override matched"
         return self.default, "default recipe"
 
-    def with_extra(self, ignore: Iterable[str] = (), overrides: Mapping[str, RecipeLike] | None = None
+    def with_extra(self, ignore: Iterable[str] | None = (), overrides: Mapping[str, RecipeLike] | None = None
                    ) -> "QuantizationPlan":
         """This plan plus extra ignore patterns and overrides (the extra overrides are tried first)."""
         extra = tuple((pattern, _resolve_single(spec, f"override {pattern!r}")) for pattern, spec in
                       (overrides or {}).items())
-        if isinstance(ignore, str):
+        if ignore is None:
+            ignore = ()
+        elif isinstance(ignore, str):
             ignore = (ignore,)
         return QuantizationPlan(self.default, (*self.ignore, *ignore), (*extra, *self.overrides))
 

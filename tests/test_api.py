@@ -111,6 +111,12 @@ def test_ignore_overrides_and_filter():
     assert "override" in reasons["layers.1.q_proj"]
 
 
+def test_ignore_none_means_nothing_ignored():
+    model = tiny()
+    report = quantkit.quantize_(model, "int8-dynamic", ignore=None, overrides=None)
+    assert len(report.quantized) == 7
+
+
 def test_suffix_patterns_do_not_match_partial_names():
     model = nn.Sequential()
     model.add_module("proj", nn.Linear(128, 128))
