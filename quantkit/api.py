@@ -82,7 +82,8 @@ def _mib(n: int) -> str:
 
 
 def _nbytes(module: nn.Module) -> int:
-    tensors = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
+    # recurse: a parametrized weight (torch.nn.utils.parametrize) lives in a child module
+    tensors = list(module.parameters()) + list(module.buffers())
     return sum(t.numel() * t.element_size() for t in tensors)
 
 

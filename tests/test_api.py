@@ -92,6 +92,21 @@ def test_report_contents_and_bytes():
     assert "quantized 6 of 7 linear modules" in text and "lm_head" in text
 
 
+def test_report_counts_the_weight_of_a_parametrized_linear():
+    """torch.nn.utils.parametrize keeps the weight in a child module (parametrizations.weight.original)."""
+    from torch.nn.utils import parametrize
+
+    class Symmetric(nn.Module):
+        def forward(self, w):
+            return w.triu() + w.triu(1).t()
+
+    model = nn.Sequential(nn.Linear(128, 128))
+    parametrize.register_parametrization(model[0], "weight", Symmetric())
+    report = quantkit.quantize_(model, "int8-weight-only")
+    assert report.bytes_before == 128 * 128 * 4 + 128 * 4
+    assert report.bytes_after == 128 * 128 + 128 * 4 + 128 * 4
+
+
 def test_ignore_overrides_and_filter():
     model = tiny()
     report = quantkit.quantize_(
