@@ -70,7 +70,8 @@ class QuantizeReport:
         if self.modules:
             width = max(len(m.name) for m in self.modules)
             for m in self.modules:
-                what = m.recipe if m.status == QUANTIZED else f"{m.status}: {m.reason}"
+                what = f"{m.status}: {m.reason}" if m.status != QUANTIZED else \
+                    f"{m.recipe} ({m.reason})" if m.reason else m.recipe
                 lines.append(f"  {m.name:<{width}}  {m.shape[0]:>6}x{m.shape[1]:<6} "
                              f"{_mib(m.bytes_before):>10} -> {_mib(m.bytes_after):>10}  {what}")
         return "\n".join(lines)
@@ -81,11 +82,19 @@ def _mib(n: int) -> str:
 
 
 def _nbytes(module: nn.Module) -> int:
-    tensors = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
+    # recurse: a parametrized weight (torch.nn.utils.parametrize) lives in a child module
+    tensors = list(module.parameters()) + list(module.buffers())
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def _is_hf_conv1d(module: nn.Module) -> bool:
+    """transformers' Conv1D (GPT-2 and kin): a linear layer with its weight stored as [in, out]."""
+    return type(module).__name__ == "Conv1D" and type(module).__module__.startswith("transformers")
+
+
 def _unsupported_linear(name: str, module: nn.Linear, parent: nn.Module | None) -> str | None:
+    if _is_hf_conv1d(module):
+        return "transformers' Conv1D (a linear layer with its weight stored as [in, out]) is not an nn.Linear"
     if isinstance(parent, nn.MultiheadAttention):
         return "inside nn.MultiheadAttention, which reads .weight directly instead of calling the module"
     if type(module).forward is not nn.Linear.forward:
@@ -99,7 +108,7 @@ def quantize_(
     model: nn.Module,
     recipe: RecipeLike | QuantizationPlan,
     *,
-    ignore: Iterable[str] = (),
+    ignore: Iterable[str] | None = (),
     overrides: Mapping[str, RecipeLike] | None = None,
     filter_fn: Callable[[nn.Module, str], bool] | None = None,
     device: torch.device | str | None = None,
@@ -126,8 +135,10 @@ def quantize_(
 
     Returns a :class:`QuantizeReport`. Modules a recipe cannot take (e.g. in_features not a multiple
     of the int4 group size) are kept as they are, with a warning naming them; already-quantized
-    layers are left alone; a model built on the ``meta`` device gets quantized layers with ``meta``
-    buffers of the right shapes and dtypes, ready for ``load_state_dict(..., assign=True)``.
+    layers are left alone; a module registered under several names is one layer, decided (and
+    counted in the report) by its first name, with a warning where the rules for another name
+    differ; a model built on the ``meta`` device gets quantized layers with ``meta`` buffers of the
+    right shapes and dtypes, ready for ``load_state_dict(..., assign=True)``.
     """
     if isinstance(model, nn.Linear):
         raise TypeError("quantize_ replaces submodules in place and cannot replace the model itself: wrap a bare "
@@ -136,6 +147,13 @@ def quantize_(
     order = {name: i for i, (name, _) in enumerate(model.named_modules(remove_duplicate=False))}
     report = QuantizeReport()
     targets = _collect(model, plan, filter_fn, report)
+    tied = _tied_weights(model, targets)
+    for name, (others, kept) in tied.items():
+        keeps = f", and {', '.join(kept)} keep{'s' if len(kept) == 1 else ''} the high-precision tensor" if kept else ""
+        quantized_holders = [name] + [o.rpartition(".")[0] for o in others if o not in kept]
+        warnings.warn(f"quantkit: {name}.weight is tied to {', '.join(others)} (the same tensor): quantizing {name} "
+                      f"breaks the tie and gives it a quantized copy of its own{keeps}; ignore={quantized_holders} "
+                      f"keeps them tied", stacklevel=2)
     calibrated = {name: linear for name, _, _, linear, recipe_obj in targets
                   if getattr(recipe_obj, "needs_calibration", False) and not linear.weight.is_meta}
     moments: dict[str, torch.Tensor] = {}
@@ -154,32 +172,63 @@ def quantize_(
         from tqdm.auto import tqdm
 
         iterator = tqdm(targets, desc="quantizing", unit="module")
-    replaced: dict[int, QuantizedLinear] = {}
+    replaced: dict[int, tuple[QuantizedLinear, str]] = {}
     for name, parent, child_name, linear, recipe_obj in iterator:
-        new = replaced.get(id(linear))
-        if new is None:
-            if name in moments:
-                source = linear if device is None else _moved(linear, torch.device(device))
-                with torch.no_grad():
-                    new = recipe_obj.build(source, input_moment=moments.pop(name))
-                new.module_name = name
-            else:
-                new = quantize_linear(linear, recipe_obj, device=device, name=name)
-            replaced[id(linear)] = new
+        if id(linear) in replaced:  # a module registered under several names: one layer, counted once
+            new, first = replaced[id(linear)]
+            setattr(parent, child_name, new)
+            report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), f"the same module as {first!r}",
+                                               _shape(linear), 0, 0))
+            continue
+        if name in moments:
+            source = linear if device is None else _moved(linear, torch.device(device))
+            with torch.no_grad():
+                new = recipe_obj.build(source, input_moment=moments.pop(name))
+            new.module_name = name
+        else:
+            new = quantize_linear(linear, recipe_obj, device=device, name=name)
+        replaced[id(linear)] = (new, name)
         setattr(parent, child_name, new)
-        report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), "", _shape(linear),
+        reason = f"weight was tied to {', '.join(tied[name][0])}" if name in tied else ""
+        report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), reason, _shape(linear),
                                            _nbytes(linear), _nbytes(new)))
     report.modules.sort(key=lambda m: order.get(m.name, len(order)))
     return report
 
 
 def _shape(linear: nn.Module) -> tuple[int, int]:
+    if _is_hf_conv1d(linear):
+        return (linear.weight.shape[1], linear.weight.shape[0])
     return (linear.out_features, linear.in_features)
+
+
+def _tied_weights(model: nn.Module, targets) -> dict[str, tuple[list[str], list[str]]]:
+    """{name: (the other names of its weight, those of them not quantized here)} for the modules to
+    quantize whose weight the model also holds elsewhere (tied embeddings): the quantized layer gets a
+    copy of its own, the holders left unquantized keep the float tensor."""
+    names: dict[int, list[str]] = {}
+    for name, _, _, linear, _ in targets:
+        names.setdefault(id(linear), []).append(name)
+    names_quantized = {name for name, *_ in targets}
+    holders: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        holders.setdefault(id(param), []).append(name)
+    tied = {}
+    for name, _, _, linear, _ in targets:
+        mine = names[id(linear)]
+        others = [p for p in holders.get(id(linear.weight), []) if p.rpartition(".")[0] not in mine]
+        if others and name == mine[0]:
+            tied[name] = (others, [p for p in others if p.rpartition(".")[0] not in names_quantized])
+    return tied
 
 
 def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
     """List (name, parent, attribute, linear, recipe) for every module to quantize; record the rest."""
     targets = []
+    # A module registered under several names is one module: its first name decides what becomes of it
+    # (quantizing it under one name only would leave a float and a quantized copy), and it is counted once.
+    # id(module) -> (first name, the recipe the rules give that name, the recipe applied: None if kept)
+    first: dict[int, tuple[str, Recipe | None, Recipe | None]] = {}
     for parent_name, parent in model.named_modules(remove_duplicate=False):
         # _modules rather than named_children(): the latter hides a module registered twice.
         for child_name, child in list(parent._modules.items()):
@@ -187,22 +236,41 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
                 continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             if isinstance(child, QuantizedLinear):
-                nbytes = _nbytes(child)
-                report.modules.append(ModuleReport(name, ALREADY, child.format_name, "already a quantized layer",
+                nbytes, reason = _nbytes(child), "already a quantized layer"
+                if id(child) in first:
+                    nbytes, reason = 0, f"{reason} (the same module as {first[id(child)][0]!r})"
+                first.setdefault(id(child), (name, None, None))
+                report.modules.append(ModuleReport(name, ALREADY, child.format_name, reason,
                                                    _shape(child), nbytes, nbytes))
                 continue
-            if not isinstance(child, nn.Linear):
+            if not isinstance(child, nn.Linear) and not _is_hf_conv1d(child):
                 continue
+            excluded = filter_fn is not None and not filter_fn(child, name)
+            planned = None if excluded else plan.recipe_for(name)[0]
+            if id(child) in first:
+                first_name, first_planned, applied = first[id(child)]
+                if planned != first_planned:
+                    done = f"quantized with {applied}" if applied else "kept in high precision"
+                    warnings.warn(f"quantkit: {name!r} is the same module as {first_name!r}, which its first name "
+                                  f"decides: {done}; the rules that match {name!r} do not apply to it", stacklevel=3)
+                if applied is not None:
+                    targets.append((name, parent, child_name, child, applied))
+                else:
+                    report.modules.append(ModuleReport(name, SKIPPED, None, f"the same module as {first_name!r}",
+                                                       _shape(child), 0, 0))
+                continue
+            first[id(child)] = (name, planned, None)
             nbytes = _nbytes(child)
 
             def skip(reason: str, recipe: Recipe | None = None, warn: bool = False) -> None:
                 report.modules.append(ModuleReport(name, SKIPPED, str(recipe) if recipe else None, reason,
                                                    _shape(child), nbytes, nbytes))
                 if warn:
-                    warnings.warn(f"quantkit: kept {name} ({type(child).__name__} {child.out_features}x"
-                                  f"{child.in_features}) in high precision: {reason}", stacklevel=4)
+                    out_features, in_features = _shape(child)
+                    warnings.warn(f"quantkit: kept {name} ({type(child).__name__} {out_features}x{in_features}) "
+                                  f"in high precision: {reason}", stacklevel=4)
 
-            if filter_fn is not None and not filter_fn(child, name):
+            if excluded:
                 skip("excluded by filter_fn")
                 continue
             recipe, why = plan.recipe_for(name)
@@ -214,6 +282,7 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
                 skip(f"{recipe.name} cannot take it: {reason}", recipe, warn=True)
                 continue
             targets.append((name, parent, child_name, child, recipe))
+            first[id(child)] = (name, planned, recipe)
     return targets
 
 

@@ -70,7 +70,7 @@ class Fp8Block(Recipe):
     scale_fmt: str | None = None
 
     def __post_init__(self):
-        if self.block_size != 128:
+        if type(self.block_size) is not int or self.block_size != 128:
             raise RecipeError(f"fp8-block: block_size must be 128 (the DeepSeek-V3 layout that kernels and "
                               f"checkpoints use), got {self.block_size!r}")
         if self.scale_fmt not in (None, "ue8m0"):
@@ -118,7 +118,7 @@ class Int4WeightOnly(Recipe):
     rounding: str = "search"
 
     def __post_init__(self):
-        if self.group_size not in INT4_GROUP_SIZES:
+        if type(self.group_size) is not int or self.group_size not in INT4_GROUP_SIZES:
             raise RecipeError(f"int4-weight-only: group_size must be one of {list(INT4_GROUP_SIZES)}, "
                               f"got {self.group_size!r}")
         if not isinstance(self.symmetric, bool):
@@ -232,12 +232,14 @@ class QuantizationPlan:
             return None, "no default recipe and no override matched"
         return self.default, "default recipe"
 
-    def with_extra(self, ignore: Iterable[str] = (), overrides: Mapping[str, RecipeLike] | None = None
+    def with_extra(self, ignore: Iterable[str] | None = (), overrides: Mapping[str, RecipeLike] | None = None
                    ) -> "QuantizationPlan":
         """This plan plus extra ignore patterns and overrides (the extra overrides are tried first)."""
         extra = tuple((pattern, _resolve_single(spec, f"override {pattern!r}")) for pattern, spec in
                       (overrides or {}).items())
-        if isinstance(ignore, str):
+        if ignore is None:
+            ignore = ()
+        elif isinstance(ignore, str):
             ignore = (ignore,)
         return QuantizationPlan(self.default, (*self.ignore, *ignore), (*extra, *self.overrides))
 

@@ -92,6 +92,21 @@ def test_report_contents_and_bytes():
     assert "quantized 6 of 7 linear modules" in text and "lm_head" in text
 
 
+def test_report_counts_the_weight_of_a_parametrized_linear():
+    """torch.nn.utils.parametrize keeps the weight in a child module (parametrizations.weight.original)."""
+    from torch.nn.utils import parametrize
+
+    class Symmetric(nn.Module):
+        def forward(self, w):
+            return w.triu() + w.triu(1).t()
+
+    model = nn.Sequential(nn.Linear(128, 128))
+    parametrize.register_parametrization(model[0], "weight", Symmetric())
+    report = quantkit.quantize_(model, "int8-weight-only")
+    assert report.bytes_before == 128 * 128 * 4 + 128 * 4
+    assert report.bytes_after == 128 * 128 + 128 * 4 + 128 * 4
+
+
 def test_ignore_overrides_and_filter():
     model = tiny()
     report = quantkit.quantize_(
@@ -109,6 +124,12 @@ def test_ignore_overrides_and_filter():
     reasons = {m.name: m.reason for m in report.skipped}
     assert reasons["layers.0.up_proj"] == "excluded by filter_fn"
     assert "override" in reasons["layers.1.q_proj"]
+
+
+def test_ignore_none_means_nothing_ignored():
+    model = tiny()
+    report = quantkit.quantize_(model, "int8-dynamic", ignore=None, overrides=None)
+    assert len(report.quantized) == 7
 
 
 def test_suffix_patterns_do_not_match_partial_names():
@@ -184,6 +205,73 @@ def test_shared_module_is_replaced_by_one_layer():
     assert [m.name for m in report.quantized] == ["0", "2"]
 
 
+def test_shared_module_is_counted_once_and_decided_by_its_first_name():
+    shared = nn.Linear(128, 128)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    report = quantkit.quantize_(model, "int8-weight-only")
+    # the model holds one weight and one quantized layer, not two
+    assert report.bytes_before == 128 * 128 * 4 + 128 * 4
+    assert report.bytes_after == 128 * 128 + 128 * 4 + 128 * 4
+    assert "same module as '0'" in report.modules[1].reason and "(the same module as '0')" in str(report)
+    for rules in [dict(ignore=["2"]), dict(overrides={"2": "int4-weight-only"}),
+                  dict(filter_fn=lambda module, name: name != "2")]:
+        shared = nn.Linear(128, 128)
+        model = nn.Sequential(shared, nn.ReLU(), shared)
+        with pytest.warns(UserWarning, match=r"'2' is the same module as '0'"):
+            report = quantkit.quantize_(model, "int8-weight-only", **rules)
+        # a rule for one of its names cannot split the module into a quantized and a float copy
+        assert model[0] is model[2] and isinstance(model[2], Int8WeightOnlyLinear), rules
+        assert [(m.status, m.recipe) for m in report.modules] == [("quantized", "int8-weight-only")] * 2
+    shared = nn.Linear(128, 128)
+    model = nn.Sequential(shared, nn.ReLU(), shared)
+    with pytest.warns(UserWarning, match=r"'2' is the same module as '0'"):
+        report = quantkit.quantize_(model, "int8-weight-only", ignore=["0"])
+    assert model[0] is model[2] and type(model[2]) is nn.Linear
+    assert [m.status for m in report.modules] == ["skipped", "skipped"]
+    assert report.bytes_before == report.bytes_after == 128 * 128 * 4 + 128 * 4
+
+
+class TiedLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 128)
+        self.body = nn.Linear(128, 128)
+        self.lm_head = nn.Linear(128, 50, bias=False)
+        self.lm_head.weight = self.embed.weight
+
+
+def test_quantizing_a_tied_weight_warns_that_the_tie_is_broken():
+    model = TiedLM()
+    with pytest.warns(UserWarning, match=r"lm_head\.weight is tied to embed\.weight.*embed\.weight keeps the "
+                                         r"high-precision tensor; ignore=\['lm_head'\]"):
+        report = quantkit.quantize_(model, "int8-weight-only")
+    # the embedding still holds the float tensor: the quantized head is a copy beside it
+    assert model.embed.weight.dtype == torch.float32 and isinstance(model.lm_head, Int8WeightOnlyLinear)
+    reasons = {m.name: m.reason for m in report.modules}
+    assert "tied to embed.weight" in reasons["lm_head"] and reasons["body"] == ""
+    assert "tied to embed.weight" in str(report)
+    model = TiedLM()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantkit.quantize_(model, "int8-weight-only", ignore=["lm_head"])
+    assert model.lm_head.weight is model.embed.weight
+
+
+def test_transformers_conv1d_is_reported_and_kept_with_a_warning():
+    """GPT-2's linear layers are transformers' Conv1D, not nn.Linear: the report must not leave them out."""
+    pytorch_utils = pytest.importorskip("transformers.pytorch_utils")
+    model = nn.Sequential(pytorch_utils.Conv1D(64, 128), nn.Linear(64, 32))
+    with pytest.warns(UserWarning, match=r"kept 0 \(Conv1D 64x128\) in high precision: .*Conv1D"):
+        report = quantkit.quantize_(model, "int8-dynamic")
+    assert [(m.name, m.status, m.shape) for m in report.modules] == [("0", "skipped", (64, 128)),
+                                                                     ("1", "quantized", (32, 64))]
+    assert "quantized 1 of 2" in report.summary() and type(model[0]) is pytorch_utils.Conv1D
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = quantkit.quantize_(nn.Sequential(pytorch_utils.Conv1D(64, 128)), "int8-dynamic", ignore=["0"])
+    assert report.skipped[0].reason == "ignored by pattern '0'"
+
+
 def test_multihead_attention_projection_is_kept():
     model = nn.Sequential(nn.MultiheadAttention(128, 4))
     with pytest.warns(UserWarning, match="MultiheadAttention"):
@@ -231,6 +319,9 @@ def test_unknown_field_lists_valid_ones():
     (lambda: quantkit.load_plan({"group_size": 64}), "missing 'type'"),
     (lambda: quantkit.quantize_(tiny(), "int8-dynamic", ignore=["re:("]), "bad regex"),
     (lambda: quantkit.load_plan(42), "a recipe must be"),
+    # 64.0 == 64 and 128.0 == 128: a float from a JSON/TOML file must not pass as the integer
+    (lambda: quantkit.load_plan({"type": "int4-weight-only", "group_size": 64.0}), "group_size must be one of"),
+    (lambda: Fp8Block(block_size=128.0), "block_size must be 128"),
 ])
 def test_bad_recipe_values(bad, message):
     with pytest.raises(RecipeError, match=message):
