@@ -92,7 +92,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.bench_command == "plot":
         return _run_plot(args.result, args.png)
+    import torch
+
     from quantkit.bench import common
+    from quantkit.cli import UserError, check_device
+
+    if args.device is not None:
+        check_device(args.device)
+    elif not torch.cuda.is_available():
+        raise UserError("no CUDA GPU is visible, and the defaults are sized for one (hours on a CPU); to run the "
+                        "harness on the CPU anyway pass --device cpu, with small --shapes / --m, or --preset tiny")
+    json_path = args.json or args.out / f"{args.bench_command}.json"
+    if json_path.is_dir():
+        raise UserError(f"--json: {json_path} is a directory; give a file name")
 
     if args.bench_command == "layers":
         from quantkit.bench import layers
@@ -121,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
             config.recipes = _recipes(args.recipes)
         result = e2e.run_e2e(config)
         markdown = e2e.to_markdown(result)
-    json_path = args.json or args.out / f"{args.bench_command}.json"
     return _write_outputs(result, markdown, json_path, plot=not args.no_plot)
 
 
