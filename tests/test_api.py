@@ -347,3 +347,18 @@ def test_demo_on_cuda_without_a_gpu_says_so(capsys):
     assert main(["demo", "--device", "cuda"]) == 2
     assert "--device cuda: torch" in capsys.readouterr().err
 
+
+def test_verbose_log_names_each_op_once(monkeypatch, caplog):
+    """`quantkit -v` logs which path each op took: one distinct line per op and device."""
+    from quantkit.ops import dispatch
+
+    monkeypatch.setattr(dispatch, "_REPORTED", {})
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    model = tiny()
+    with caplog.at_level("INFO", logger="quantkit"):
+        quantkit.quantize_(model, "int8-weight-only")
+        with torch.no_grad():
+            model(torch.randint(0, 50, (1, 4)))
+    lines = [r.getMessage() for r in caplog.records if "int8_weight_only" in r.getMessage()]
+    assert len(lines) == 2 and len(set(lines)) == 2, lines
+    assert any("int8_weight_only.linear on cpu" in line for line in lines), lines
