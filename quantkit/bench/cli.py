@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         from quantkit.bench import layers
 
         config = layers.LayerBenchConfig(
-            shapes=common.parse_shapes(args.shapes), ms=common.parse_int_list(args.m), device=args.device,
+            shapes=common.parse_shapes(args.shapes), ms=common.parse_int_list(args.m, "--m"), device=args.device,
             warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, peers=not args.no_peers,
             compile_peers=args.compile_peers, seed=args.seed, gpu_time=not args.no_gpu_time, rounds=args.rounds,
             floor=not args.no_floor,
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         config = e2e.E2EConfig(
             preset=args.preset, n_layers=args.layers, device=args.device,
             prefill_len=args.prefill_len, prefill_reps=args.prefill_reps,
-            decode_batches=common.parse_int_list(args.batches), prompt_len=args.prompt_len,
+            decode_batches=common.parse_int_list(args.batches, "--batches"), prompt_len=args.prompt_len,
             decode_steps=args.decode_steps, graphs=not args.no_graph, fuse_glue=not args.no_fuse_glue,
             compile=args.compile,
             quantize_lm_head=not args.keep_lm_head, seed=args.seed)

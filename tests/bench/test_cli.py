@@ -126,3 +126,13 @@ def test_device_errors_and_no_gpu_refusal_come_before_any_timing(tmp_path, monke
             assert main(["bench", what, "--out", str(tmp_path)]) == 2
             err = capsys.readouterr().err
             assert "no CUDA GPU" in err and "--device cpu" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["layers", "--m", "1,x"], "--m: expected a comma-separated list of positive integers, got '1,x'"),
+    (["layers", "--m", "0"], "--m: expected a comma-separated list of positive integers, got '0'"),
+    (["e2e", "--preset", "tiny", "--batches", "b1"], "--batches: expected a comma-separated list of positive"),
+])
+def test_bad_integer_lists_name_the_flag(argv, message, tmp_path, capsys):
+    assert main(["bench", *argv, "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
