@@ -32,7 +32,7 @@ def _common(p: argparse.ArgumentParser, default_name: str) -> None:
     p.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE",
                    help="recipes to run, separated by spaces or ';': registered names, name:key=value,... "
                         "(e.g. int4-weight-only:group_size=64) or recipe files (default: every registered recipe)")
-    p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: the GPU if there is one)")
+    p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: the GPU; without one, pass cpu)")
     p.add_argument("--out", default="out/bench", type=Path,
                    help=f"directory for {default_name}.json, .md and .png (default out/bench)")
     p.add_argument("--json", default=None, type=Path, metavar="FILE",
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
 
     p = sub.add_parser("layers", help="per-layer forward of every recipe against bf16 F.linear",
-                       description="Per-layer benchmark (PERFORMANCE.md's method): whole quantized forward vs "
+                       description="Per-layer benchmark (method: notes/bench.md): whole quantized forward vs "
                                    "bf16 F.linear, do_bench median, error vs float64.")
     _common(p, "layers")
     p.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336",
