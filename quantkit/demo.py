@@ -93,12 +93,14 @@ def linear_bytes(model) -> int:
 
 
 def run(args) -> int:
-    import transformers
-
     import quantkit
     from quantkit.cli import UserError, check_device
     from quantkit.recipes import load_plan
 
+    try:
+        import transformers
+    except ImportError:
+        raise UserError("quantkit demo needs the transformers package (pip install 'quantkit[demo]')") from None
     device = check_device(args.device)
     if args.repeats < 1:
         raise UserError(f"--repeats must be at least 1, got {args.repeats}")

@@ -362,3 +362,13 @@ def test_verbose_log_names_each_op_once(monkeypatch, caplog):
     lines = [r.getMessage() for r in caplog.records if "int8_weight_only" in r.getMessage()]
     assert len(lines) == 2 and len(set(lines)) == 2, lines
     assert any("int8_weight_only.linear on cpu" in line for line in lines), lines
+
+
+def test_demo_without_transformers_says_what_to_install(monkeypatch, capsys):
+    import sys
+
+    from quantkit.cli import main
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert main(["demo"]) == 2
+    assert "quantkit[demo]" in capsys.readouterr().err
