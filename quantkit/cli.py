@@ -26,6 +26,28 @@ class UserError(Exception):
     """An error in what the user asked for; the CLI prints its message alone and exits with 2."""
 
 
+def check_device(value: str | None):
+    """The ``torch.device`` a ``--device`` option names (None: cuda when available, else cpu), or a
+    UserError for a name torch does not know or a GPU this machine does not have."""
+    import torch
+
+    if value is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {value}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UserError(f"--device {value}: torch {torch.__version__} sees no CUDA GPU here; use --device cpu")
+        if device.index is not None and device.index >= count:
+            raise UserError(f"--device {value}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    return device
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quantkit", description="Quantize PyTorch models: FP8 block, int8, int4.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log which kernels run, and more")

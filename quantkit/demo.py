@@ -93,14 +93,23 @@ def linear_bytes(model) -> int:
 
 
 def run(args) -> int:
-    import transformers
-
     import quantkit
+    from quantkit.cli import UserError, check_device
+    from quantkit.recipes import load_plan
 
+    try:
+        import transformers
+    except ImportError:
+        raise UserError("quantkit demo needs the transformers package (pip install 'quantkit[demo]')") from None
+    device = check_device(args.device)
+    if args.repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {args.repeats}")
+    recipes = args.recipes or quantkit.recipe_names()
+    for recipe in recipes:
+        load_plan(recipe)  # an unknown name or a bad file fails here, before the model loads
     model_dir = Path(args.model) if args.model else default_model_dir()
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir}: not a Hugging Face model directory (no config.json)")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -112,7 +121,6 @@ def run(args) -> int:
     base = copy.deepcopy(original).to(device=device, dtype=dtype)
     batch = {k: v.to(device) for k, v in batch.items()}
     rows = [("original", dtype_name(dtype), linear_bytes(base), embed(base, batch), time_forward(base, batch, args.repeats))]
-    recipes = args.recipes or quantkit.recipe_names()
     print(f"model: {model_dir.name} ({sum(isinstance(m, torch.nn.Linear) for m in base.modules())} nn.Linear), "
           f"{len(SENTENCES)} sentences, device {device}, activations {dtype_name(dtype)}", flush=True)
     for recipe in recipes:

@@ -410,3 +410,56 @@ def test_real_model_all_recipes_close_to_original():
         assert len(report.quantized) == 37
         cos = (embed(model, batch) * ref).sum(-1)
         assert cos.mean() >= floor, f"{recipe}: mean cosine {cos.mean():.4f} < {floor}"
+
+
+# -- quantkit demo: bad arguments are one-line errors, found before the model loads -------------------
+@pytest.mark.parametrize("argv,message", [
+    (["--device", "gpu"], "--device gpu: expected cpu, cuda or cuda:N"),
+    (["--repeats", "0"], "--repeats must be at least 1"),
+    (["--recipes", "int8-weight-only", "foo"], "unknown recipe 'foo'"),
+])
+def test_demo_bad_arguments_fail_before_loading(argv, message, monkeypatch, capsys):
+    from quantkit import demo
+    from quantkit.cli import main
+
+    def no_model():
+        raise AssertionError("the model was looked for before the arguments were checked")
+
+    monkeypatch.setattr(demo, "default_model_dir", no_model)
+    assert main(["demo", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_demo_on_cuda_without_a_gpu_says_so(capsys):
+    from quantkit.cli import main
+
+    assert main(["demo", "--device", "cuda"]) == 2
+    assert "--device cuda: torch" in capsys.readouterr().err
+
+
+def test_verbose_log_names_each_op_once(monkeypatch, caplog):
+    """`quantkit -v` logs which path each op took: one distinct line per op and device."""
+    from quantkit.ops import dispatch
+
+    monkeypatch.setattr(dispatch, "_REPORTED", {})
+    monkeypatch.setattr(dispatch, "_RESOLVED", {})
+    model = tiny()
+    with caplog.at_level("INFO", logger="quantkit"):
+        quantkit.quantize_(model, "int8-weight-only")
+        with torch.no_grad():
+            model(torch.randint(0, 50, (1, 4)))
+    lines = [r.getMessage() for r in caplog.records if "int8_weight_only" in r.getMessage()]
+    assert len(lines) == 2 and len(set(lines)) == 2, lines
+    assert any("int8_weight_only.linear on cpu" in line for line in lines), lines
+
+
+def test_demo_without_transformers_says_what_to_install(monkeypatch, capsys):
+    import sys
+
+    from quantkit.cli import main
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert main(["demo"]) == 2
+    assert "quantkit[demo]" in capsys.readouterr().err

@@ -40,14 +40,19 @@ def add_arguments(parser) -> None:
 def _check_output(path: str | None, what: str) -> None:
     if path and path != "-" and not Path(path).parent.exists():
         raise FileNotFoundError(f"--{what}: directory {Path(path).parent} does not exist")
+    if path and Path(path).is_dir():
+        raise ValueError(f"--{what}: {path} is a directory; give a file name")
 
 
 def run(args) -> int:
     import torch
 
     from quantkit.accuracy.compare import compare
+    from quantkit.cli import check_device
     from quantkit.recipes import recipe_names
 
+    if args.device is not None:
+        check_device(args.device)
     if args.batch_size <= 0:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     if args.max_length is not None and args.max_length < 2:
@@ -56,6 +61,11 @@ def run(args) -> int:
         _check_output(path, what)
     if args.plot and not args.plot.lower().endswith(".png"):
         raise ValueError(f"--plot writes a PNG: give a file name ending in .png, got {args.plot}")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401 - checked now rather than after the comparison
+        except ImportError:
+            raise ValueError("--plot needs matplotlib (pip install 'quantkit[plot]')") from None
     if args.json == "-" and args.csv == "-":
         raise ValueError("--json and --csv cannot both go to stdout")
     recipes = args.recipes or recipe_names()

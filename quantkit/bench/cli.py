@@ -32,7 +32,7 @@ def _common(p: argparse.ArgumentParser, default_name: str) -> None:
     p.add_argument("--recipes", nargs="+", default=None, metavar="RECIPE",
                    help="recipes to run, separated by spaces or ';': registered names, name:key=value,... "
                         "(e.g. int4-weight-only:group_size=64) or recipe files (default: every registered recipe)")
-    p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: the GPU if there is one)")
+    p.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: the GPU; without one, pass cpu)")
     p.add_argument("--out", default="out/bench", type=Path,
                    help=f"directory for {default_name}.json, .md and .png (default out/bench)")
     p.add_argument("--json", default=None, type=Path, metavar="FILE",
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench_command", metavar="WHAT", required=True)
 
     p = sub.add_parser("layers", help="per-layer forward of every recipe against bf16 F.linear",
-                       description="Per-layer benchmark (PERFORMANCE.md's method): whole quantized forward vs "
+                       description="Per-layer benchmark (method: notes/bench.md): whole quantized forward vs "
                                    "bf16 F.linear, do_bench median, error vs float64.")
     _common(p, "layers")
     p.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336",
@@ -92,13 +92,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.bench_command == "plot":
         return _run_plot(args.result, args.png)
+    import torch
+
     from quantkit.bench import common
+    from quantkit.cli import UserError, check_device
+
+    if args.device is not None:
+        check_device(args.device)
+    elif not torch.cuda.is_available():
+        raise UserError("no CUDA GPU is visible, and the defaults are sized for one (hours on a CPU); to run the "
+                        "harness on the CPU anyway pass --device cpu, with small --shapes / --m, or --preset tiny")
+    json_path = args.json or args.out / f"{args.bench_command}.json"
+    if json_path.is_dir():
+        raise UserError(f"--json: {json_path} is a directory; give a file name")
 
     if args.bench_command == "layers":
         from quantkit.bench import layers
 
         config = layers.LayerBenchConfig(
-            shapes=common.parse_shapes(args.shapes), ms=common.parse_int_list(args.m), device=args.device,
+            shapes=common.parse_shapes(args.shapes), ms=common.parse_int_list(args.m, "--m"), device=args.device,
             warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, peers=not args.no_peers,
             compile_peers=args.compile_peers, seed=args.seed, gpu_time=not args.no_gpu_time, rounds=args.rounds,
             floor=not args.no_floor,
@@ -113,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         config = e2e.E2EConfig(
             preset=args.preset, n_layers=args.layers, device=args.device,
             prefill_len=args.prefill_len, prefill_reps=args.prefill_reps,
-            decode_batches=common.parse_int_list(args.batches), prompt_len=args.prompt_len,
+            decode_batches=common.parse_int_list(args.batches, "--batches"), prompt_len=args.prompt_len,
             decode_steps=args.decode_steps, graphs=not args.no_graph, fuse_glue=not args.no_fuse_glue,
             compile=args.compile,
             quantize_lm_head=not args.keep_lm_head, seed=args.seed)
@@ -121,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
             config.recipes = _recipes(args.recipes)
         result = e2e.run_e2e(config)
         markdown = e2e.to_markdown(result)
-    json_path = args.json or args.out / f"{args.bench_command}.json"
     return _write_outputs(result, markdown, json_path, plot=not args.no_plot)
 
 

@@ -236,12 +236,17 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def parse_int_list(text: str | Sequence[int]) -> list[int]:
+def parse_int_list(text: str | Sequence[int], what: str = "") -> list[int]:
+    """``"1,16,128"`` -> [1, 16, 128]; a ValueError (prefixed with ``what``, the flag) for anything else."""
     if not isinstance(text, str):
         return [int(v) for v in text]
-    values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        values = []
     if not values or any(v <= 0 for v in values):
-        raise ValueError(f"expected a comma-separated list of positive integers, got {text!r}")
+        raise ValueError(f"{what}{': ' if what else ''}expected a comma-separated list of positive integers, "
+                         f"got {text!r}")
     return values
 
 

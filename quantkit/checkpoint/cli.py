@@ -55,8 +55,10 @@ def _overrides(items: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from quantkit.checkpoint.convert import convert_checkpoint
-    from quantkit.cli import UserError
+    from quantkit.cli import UserError, check_device
 
+    if args.device is not None:
+        check_device(args.device)
     if args.dequantize and (args.recipe or args.override or args.ignore):
         raise UserError("--dequantize takes no --recipe, --override or --ignore")
     report = convert_checkpoint(

@@ -110,7 +110,7 @@ def _report(family: str, function: str, device: torch.device, backend: str, deta
         logger.warning("quantkit: %s on %s runs the PyTorch reference (%s): correct but slow", family,
                        device, detail)
     else:
-        logger.info("quantkit: %s on %s runs %s (%s)", family, device, backend, detail)
+        logger.info("quantkit: %s.%s on %s runs %s (%s)", family, function, device, backend, detail)
 
 
 def backend_report() -> dict[tuple[str, str], tuple[str, str]]:

@@ -261,3 +261,30 @@ def test_cli_errors(tmp_path, capsys):
     assert "ending in .png" in capsys.readouterr().err
     assert main(["compare", str(minilm_dir()), "--text", str(text), "--json", str(tmp_path / "no" / "r.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cli_output_and_device_errors_come_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    import importlib
+    import sys
+
+    from quantkit.cli import main
+
+    compare_module = importlib.import_module("quantkit.accuracy.compare")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(compare_module, "load_hf_model", no_load)
+    text = tmp_path / "t.txt"
+    text.write_text("A sentence.\n")
+    model = str(tmp_path)  # never read: every call below fails first
+    assert main(["compare", model, "--text", str(text), "--device", "gpu"]) == 2
+    assert "--device gpu: expected cpu, cuda or cuda:N" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["compare", model, "--text", str(text), "--device", "cuda"]) == 2
+        assert "--device cuda: torch" in capsys.readouterr().err
+    assert main(["compare", model, "--text", str(text), "--json", str(tmp_path)]) == 2
+    assert f"--json: {tmp_path} is a directory" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["compare", model, "--text", str(text), "--plot", str(tmp_path / "r.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err

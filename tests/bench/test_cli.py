@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from quantkit.cli import main
 
@@ -103,3 +104,35 @@ def test_layers_no_floor_flag_reaches_the_config(tmp_path, monkeypatch):
         with pytest.raises(SystemExit):
             main(["bench", "layers", "--device", "cpu", "--out", str(tmp_path), *extra])
         assert seen[-1] is want
+
+
+def test_device_errors_and_no_gpu_refusal_come_before_any_timing(tmp_path, monkeypatch, capsys):
+    from quantkit.bench import e2e, layers
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the benchmark started")
+
+    monkeypatch.setattr(layers, "run_layers", no_run)
+    monkeypatch.setattr(e2e, "run_e2e", no_run)
+    for what in ("layers", "e2e"):
+        assert main(["bench", what, "--device", "gpu", "--out", str(tmp_path)]) == 2
+        assert "--device gpu: expected cpu, cuda or cuda:N" in capsys.readouterr().err
+        assert main(["bench", what, "--device", "cpu", "--json", str(tmp_path)]) == 2
+        assert f"--json: {tmp_path} is a directory" in capsys.readouterr().err
+        if not torch.cuda.is_available():
+            assert main(["bench", what, "--device", "cuda", "--out", str(tmp_path)]) == 2
+            assert "--device cuda: torch" in capsys.readouterr().err
+            # the defaults are sized for a GPU: without one, only an explicit --device cpu runs
+            assert main(["bench", what, "--out", str(tmp_path)]) == 2
+            err = capsys.readouterr().err
+            assert "no CUDA GPU" in err and "--device cpu" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["layers", "--m", "1,x"], "--m: expected a comma-separated list of positive integers, got '1,x'"),
+    (["layers", "--m", "0"], "--m: expected a comma-separated list of positive integers, got '0'"),
+    (["e2e", "--preset", "tiny", "--batches", "b1"], "--batches: expected a comma-separated list of positive"),
+])
+def test_bad_integer_lists_name_the_flag(argv, message, tmp_path, capsys):
+    assert main(["bench", *argv, "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err

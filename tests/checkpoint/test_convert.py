@@ -450,6 +450,14 @@ def test_unknown_quant_method_and_existing_output(tmp_path, small_model, capsys)
            small_model, tmp_path / "x")
 
 
+def test_bad_device_is_a_one_line_error(tmp_path, small_model, capsys):
+    _fails(capsys, ["convert", str(small_model), str(tmp_path / "x"), "--recipe", "int8-dynamic", "--device", "gpu"],
+           r"--device gpu: expected cpu, cuda or cuda:N", small_model, tmp_path / "x")
+    if not torch.cuda.is_available():
+        _fails(capsys, ["convert", str(small_model), str(tmp_path / "x"), "--recipe", "int8-dynamic", "--device",
+                        "cuda"], r"--device cuda: torch .* sees no CUDA GPU", small_model, tmp_path / "x")
+
+
 def test_interrupted_conversion_leaves_nothing(tmp_path, small_model, monkeypatch):
     from quantkit.checkpoint import convert as convert_module
 
