@@ -47,6 +47,7 @@ def _check_output(path: str | None, what: str) -> None:
 def run(args) -> int:
     import torch
 
+    from quantkit import atomic
     from quantkit.accuracy.compare import compare
     from quantkit.cli import check_device
     from quantkit.recipes import recipe_names
@@ -79,12 +80,12 @@ def run(args) -> int:
         if args.json == "-":
             print(text)
         else:
-            Path(args.json).write_text(text + "\n")
+            atomic.write_text(args.json, text + "\n")
     if args.csv:
         if args.csv == "-":
             sys.stdout.write(report.to_csv())
         else:
-            Path(args.csv).write_text(report.to_csv())
+            atomic.write_text(args.csv, report.to_csv())
     if args.plot:
         report.plot(args.plot)
     return 0

@@ -54,6 +54,9 @@ def plot_layer_errors(report: "ComparisonReport", path: str | os.PathLike) -> Pa
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    from quantkit.atomic import write_with
+
+    try:
+        return write_with(path, lambda tmp: fig.savefig(tmp, dpi=120))
+    finally:
+        plt.close(fig)

@@ -137,11 +137,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(result, markdown: str, json_path: Path, plot: bool) -> int:
+    from quantkit import atomic
     from quantkit.bench import common
 
     json_path = common.write_json(json_path, result)
     md_path = json_path.with_suffix(".md")
-    md_path.write_text(markdown)
+    atomic.write_text(md_path, markdown)
     print()
     print(markdown)
     print(f"wrote {json_path} and {md_path} (benchmark took {result['elapsed_s']:.0f} s)")

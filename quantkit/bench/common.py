@@ -280,10 +280,9 @@ def fmt(value: float | None, spec: str, missing: str = "n/a") -> str:
 
 
 def write_json(path: str | os.PathLike, data: dict[str, Any]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
-    return path
+    from quantkit.atomic import write_text
+
+    return write_text(path, json.dumps(data, indent=1, default=_json_default) + "\n")
 
 
 def _json_default(obj: Any) -> Any:

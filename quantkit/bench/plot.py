@@ -110,8 +110,9 @@ def plot_e2e(result: dict[str, Any], path: str | Path) -> Path:
 
 
 def _save(fig, plt, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    from quantkit.atomic import write_with
+
+    try:
+        return write_with(path, lambda tmp: fig.savefig(tmp, dpi=120))
+    finally:
+        plt.close(fig)

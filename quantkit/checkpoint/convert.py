@@ -177,6 +177,9 @@ def convert_checkpoint(
         plan = load_plan(recipe).with_extra(ignore, overrides) if recipe is not None or ignore or overrides else None
     elif recipe is not None:
         raise ValueError("dequantize=True converts back to high precision: do not pass a recipe too")
+    elif not resolver.quantized:  # a copy at the input's own dtype would ignore the dtype asked for
+        raise ValueError(f"{input_dir} is not quantized (its config.json has no quantization_config): nothing to "
+                         f"dequantize")
     check_output_dir(output_dir, overwrite, [input_dir])
 
     report = ConvertReport(output_dir)

@@ -55,13 +55,15 @@ def load_quantized(directory: str | os.PathLike, model: nn.Module | None = None,
     match the model, missing tensors and an unknown ``quant_method``.
     """
     directory = Path(directory)
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():  # before reading anything, not torch's assert
+        raise ValueError(f"load_quantized(device={str(device)!r}): torch {torch.__version__} sees no CUDA GPU here")
     ckpt = Checkpoint(directory)
     config = read_config(directory, required=model is None)
     where_config = str(directory / CONFIG_NAME)
     resolver = SchemeResolver.from_config(config.get("quantization_config"), where_config)
     if model is None:
         model = build_model(directory, config, _config_dtype(config))
-    device = torch.device(device) if device is not None else torch.device("cpu")
 
     expected = model.state_dict(keep_vars=True)
     mapper = NameMapper(expected.keys(), getattr(model, "base_model_prefix", "") or "", ckpt.names())

@@ -393,11 +393,11 @@ def check_output_dir(output: Path, overwrite: bool, inputs: Iterable[Path] = ())
         if output == inp or inp in output.parents or output in inp.parents:
             raise FileExistsError(f"output directory {output} overlaps the input {inp}; the input is never "
                                   f"modified, choose another output directory")
+    if output.exists() and not output.is_dir():  # --overwrite replaces a directory, never a file
+        raise FileExistsError(f"output {output} exists and is not a directory; choose a directory name")
     if output.exists() and not overwrite:
         raise FileExistsError(f"output directory {output} already exists (pass --overwrite / overwrite=True to "
                               f"replace it)")
-    if output.exists() and not output.is_dir():
-        raise FileExistsError(f"output {output} exists and is not a directory")
 
 
 @contextlib.contextmanager

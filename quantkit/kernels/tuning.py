@@ -41,7 +41,6 @@ import functools
 import json
 import logging
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -524,14 +523,9 @@ def sweep_to_file(families: list[str], out_path: Path, shapes=LLAMA_SHAPES, ms=B
 
 def _write_json(path: Path, data) -> None:
     """Write ``data`` to ``path`` atomically (a reader sees the old file or the new one, never half)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    from quantkit.atomic import write_text
+
+    write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def install(sweep_files, shipped: bool = False, min_gain: float = 0.0) -> None:

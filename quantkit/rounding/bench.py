@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"device: {rows[0]['device']}" + (f" ({torch.cuda.get_device_name()})" if torch.cuda.is_available()
                                                  and rows[0]["device"].startswith("cuda") else ""))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        from quantkit.atomic import write_text
+
+        write_text(args.json, json.dumps(rows, indent=2))
     return 0
 
 

@@ -277,7 +277,7 @@ def _fails(capsys, argv, pattern, input_dir, output):
     err = capsys.readouterr().err
     assert re.search(pattern, err), err
     assert tree_digest(input_dir) == before
-    assert not Path(output).exists() or Path(output).name == "exists"
+    assert not Path(output).exists() or Path(output).name in ("exists", "a_file")  # outputs made before the call
     assert not [p for p in Path(output).parent.iterdir() if ".partial-" in p.name]
     return err
 
@@ -432,6 +432,9 @@ def test_unknown_quant_method_and_existing_output(tmp_path, small_model, capsys)
            small_model, tmp_path / "out")
     del config["quantization_config"]
     write_config(small_model, config)
+    _fails(capsys, ["convert", str(small_model), str(tmp_path / "out"), "--dequantize", "--dtype", "float16"],
+           r"in is not quantized \(its config\.json has no quantization_config\): nothing to dequantize",
+           small_model, tmp_path / "out")
 
     exists = tmp_path / "exists"
     exists.mkdir()
@@ -442,6 +445,12 @@ def test_unknown_quant_method_and_existing_output(tmp_path, small_model, capsys)
     assert cli(["convert", str(small_model), str(exists), "--recipe", "int8-dynamic", "--overwrite",
                 "--no-progress"]) == 0
     assert not (exists / "keep.txt").exists() and (exists / "config.json").exists()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    for extra in ([], ["--overwrite"]):  # the same message either way: --overwrite replaces directories only
+        _fails(capsys, ["convert", str(small_model), str(a_file), "--recipe", "int8-dynamic", *extra],
+               r"output .*a_file exists and is not a directory", small_model, a_file)
+    assert a_file.read_text() == "mine"
     _fails(capsys, ["convert", str(small_model), str(small_model), "--recipe", "int8-dynamic", "--overwrite"],
            r"overlaps the input", small_model, exists)
     _fails(capsys, ["convert", str(small_model), str(tmp_path / "x"), "--recipe", "no-such-recipe"],

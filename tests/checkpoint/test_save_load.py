@@ -247,3 +247,11 @@ def test_skeleton_already_quantized_differently(tmp_path):
     skeleton = make_net(device="meta")
     quantkit.quantize_(skeleton, "int8-dynamic")
     assert isinstance(load_quantized(tmp_path / "ckpt", skeleton).l1, Int8DynamicLinear)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for machines without a GPU")
+def test_load_onto_cuda_without_a_gpu_says_so(tmp_path):
+    net = _quantized_net("int8-dynamic")
+    save_quantized(net, tmp_path / "ckpt")
+    with pytest.raises(ValueError, match=r"device='cuda'\): torch .* sees no CUDA GPU"):
+        load_quantized(tmp_path / "ckpt", make_net(), device="cuda")
