@@ -101,11 +101,12 @@ def test_the_pytorch_search_stays_the_cpu_path(monkeypatch):
 @pytest.mark.parametrize("symmetric,importance", [(False, False), (True, False), (False, True)])
 def test_gpu_search_at_a_layers_size_matches_the_pytorch_search(symmetric, importance, monkeypatch):
     """quantize_weight_int4_search on a CUDA weight takes the kernel. At 4096 x 4096, group 128, bf16 scales,
-    against the PyTorch search on the CPU (IEEE division throughout, as the kernel): the same choices in
-    >= 99.9 % of the 131,072 groups, no group worse beyond rounding, and the packed codes of the rows that
-    agree identical. Against the PyTorch passes on the same GPU (QUANTKIT_BACKEND=reference), whose CUDA
-    kernels divide by a Python scalar through its reciprocal, so that a range's step may differ in its last
-    bit and so may the candidates: the total error within 0.01 %."""
+    against the PyTorch search on the CPU (IEEE division throughout, as the kernel) of every 8th row (rows
+    are searched independently; all 4096 took the CPU 2-5 minutes a case among the GPU suite's workers): the
+    same choices in >= 99.9 % of those 16,384 groups, no group worse beyond rounding, and the packed codes of
+    the rows that agree identical. Against the PyTorch passes on the same GPU (QUANTKIT_BACKEND=reference),
+    whose CUDA kernels divide by a Python scalar through its reciprocal, so that a range's step may differ in
+    its last bit and so may the candidates: the total error of the whole weight within 0.01 %."""
     from quantkit.ops import dispatch
 
     w = (torch.randn(4096, 4096, device="cuda") * 0.02).to(torch.bfloat16)
@@ -113,12 +114,15 @@ def test_gpu_search_at_a_layers_size_matches_the_pytorch_search(symmetric, impor
     assert S._gpu_kernel_takes(w, torch.bfloat16)
     packed, scale, zero = S.quantize_weight_int4_search(w, 128, symmetric, importance=h)
     h_cpu = None if h is None else h.cpu()
-    cpu_packed, cpu_scale, cpu_zero = S.quantize_weight_int4_search(w.cpu(), 128, symmetric, importance=h_cpu)
-    _compare(w.cpu(), 128, symmetric, torch.bfloat16, h_cpu, scale.cpu(), zero.cpu(), cpu_scale, cpu_zero,
-             "4096x4096 against the CPU", 0.999)
-    rows = ((scale.cpu() == cpu_scale) & (zero.cpu() == cpu_zero)).all(dim=1)
+    some = slice(None, None, 8)
+    w_some = w[some].cpu().contiguous()
+    cpu_packed, cpu_scale, cpu_zero = S.quantize_weight_int4_search(w_some, 128, symmetric, importance=h_cpu)
+    scale_some, zero_some = scale[some].cpu(), zero[some].cpu()
+    _compare(w_some, 128, symmetric, torch.bfloat16, h_cpu, scale_some, zero_some, cpu_scale, cpu_zero,
+             "4096x4096 (every 8th row) against the CPU", 0.999)
+    rows = ((scale_some == cpu_scale) & (zero_some == cpu_zero)).all(dim=1)
     assert rows.float().mean().item() > 0.9
-    assert torch.equal(packed.cpu()[rows], cpu_packed[rows])
+    assert torch.equal(packed[some].cpu()[rows], cpu_packed[rows])
 
     monkeypatch.setenv("QUANTKIT_BACKEND", "reference")
     assert dispatch._forced_backend() == "reference" and not S._gpu_kernel_takes(w, torch.bfloat16)
