@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from quantkit.layers import QuantizedLinear
-from quantkit.recipes import QuantizationPlan, Recipe, RecipeLike, load_plan
+from quantkit.recipes import QuantizationPlan, Recipe, RecipeLike, load_plan, unmatched_patterns
 
 QUANTIZED = "quantized"
 SKIPPED = "skipped"
@@ -147,6 +147,14 @@ def quantize_(
     order = {name: i for i, (name, _) in enumerate(model.named_modules(remove_duplicate=False))}
     report = QuantizeReport()
     targets = _collect(model, plan, filter_fn, report)
+    # The caller's own patterns (not a recipe file's, whose `ignore = ["lm_head"]` is meant for any model)
+    # that match no linear module are most likely typos: say so rather than quantize what they meant to keep.
+    given = [ignore] if isinstance(ignore, str) else list(ignore or ())
+    given += list(overrides or {})
+    unmatched = unmatched_patterns(given, [m.name for m in report.modules] + [t[0] for t in targets])
+    if unmatched:
+        warnings.warn(f"quantkit: no linear module of the model matches {', '.join(map(repr, unmatched))} (given as "
+                      f"ignore / overrides): check the module names (print(model) lists them)", stacklevel=2)
     tied = _tied_weights(model, targets)
     for name, (others, kept) in tied.items():
         keeps = f", and {', '.join(kept)} keep{'s' if len(kept) == 1 else ''} the high-precision tensor" if kept else ""
@@ -189,11 +197,25 @@ def quantize_(
             new = quantize_linear(linear, recipe_obj, device=device, name=name)
         replaced[id(linear)] = (new, name)
         setattr(parent, child_name, new)
+        hooks = _hooks_on(linear)
+        if hooks:
+            warnings.warn(f"quantkit: {name} had {hooks}, which its quantized layer does not carry; register them on "
+                          f"model.get_submodule({name!r}) again if they are still needed", stacklevel=2)
         reason = f"weight was tied to {', '.join(tied[name][0])}" if name in tied else ""
         report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), reason, _shape(linear),
                                            _nbytes(linear), _nbytes(new)))
     report.modules.sort(key=lambda m: order.get(m.name, len(order)))
     return report
+
+
+def _hooks_on(module: nn.Module) -> str:
+    """What was attached to ``module`` itself that a replacement module does not inherit ('' if nothing)."""
+    kinds = (("forward pre-hook", module._forward_pre_hooks), ("forward hook", module._forward_hooks),
+             ("backward hook", module._backward_hooks), ("backward pre-hook", module._backward_pre_hooks))
+    parts = [f"{len(hooks)} {kind}{'s' if len(hooks) > 1 else ''}" for kind, hooks in kinds if hooks]
+    if "forward" in vars(module):  # accelerate's offload / device-map hooks wrap the instance's forward
+        parts.append("a forward replaced on the instance")
+    return " and ".join(parts)
 
 
 def _shape(linear: nn.Module) -> tuple[int, int]:

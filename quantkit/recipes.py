@@ -196,6 +196,13 @@ def _recipe_class(name: str, where: str) -> type[Recipe]:
     return RECIPES[name]
 
 
+def unmatched_patterns(patterns: Iterable[str], names: Iterable[str]) -> list[str]:
+    """The ``patterns`` (ignore / override syntax) that match none of ``names``: a typo such as
+    ``"lm-head"`` would otherwise pass without a word and quantize the module it meant to keep."""
+    names = list(names)
+    return [p for p in patterns if not any(_match(p, n) for n in names)]
+
+
 def _match(pattern: str, name: str) -> bool:
     if pattern.startswith("re:"):
         return re.match(pattern[3:], name) is not None

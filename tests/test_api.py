@@ -132,6 +132,42 @@ def test_ignore_none_means_nothing_ignored():
     assert len(report.quantized) == 7
 
 
+def test_patterns_given_that_match_no_module_warn_and_name_themselves(tmp_path):
+    model = nn.Sequential()
+    model.add_module("proj", nn.Linear(128, 128))
+    model.add_module("lm_head", nn.Linear(128, 256))
+    with pytest.warns(UserWarning, match=r"no linear module of the model matches 'lm-head', 're:.*gate' \(given"):
+        report = quantkit.quantize_(model, "int8-dynamic", ignore=["lm-head", "proj"],
+                                    overrides={"re:.*gate": "skip", "lm_*": "int8-weight-only"})
+    assert type(model.proj) is nn.Linear and isinstance(model.lm_head, Int8WeightOnlyLinear)  # the rest still apply
+    assert len(report.quantized) == 1
+    # every pattern that matches, or one a recipe file brings for models in general (its ignore = ["lm_head"]
+    # on a model without one), passes without a word
+    (tmp_path / "r.toml").write_text('type = "int8-dynamic"\nignore = ["lm_head", "head"]\n')
+    model = nn.Sequential(nn.Linear(128, 128))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantkit.quantize_(model, str(tmp_path / "r.toml"), ignore=["0"])
+        quantkit.quantize_(nn.Sequential(nn.Linear(128, 128)), str(tmp_path / "r.toml"), ignore="re:0$")
+
+
+def test_hooks_on_a_replaced_linear_are_named_in_a_warning():
+    model = nn.Sequential(nn.Linear(128, 128), nn.Linear(128, 128))
+    model[0].register_forward_hook(lambda m, i, o: None)
+    model[0].register_forward_pre_hook(lambda m, i: None)
+    model[0].register_forward_pre_hook(lambda m, i: None)
+    with pytest.warns(UserWarning, match=r"quantkit: 0 had 2 forward pre-hooks and 1 forward hook, which its "
+                                         r"quantized layer does not carry"):
+        quantkit.quantize_(model, "int8-weight-only")
+    model = nn.Sequential(nn.Linear(128, 128))
+    model[0].forward = model[0].forward  # an instance-level wrapper, as accelerate installs
+    with pytest.warns(UserWarning, match=r"0 had a forward replaced on the instance"):
+        quantkit.quantize_(model, "int8-weight-only")
+    with warnings.catch_warnings():  # a plain linear: no warning
+        warnings.simplefilter("error")
+        quantkit.quantize_(nn.Sequential(nn.Linear(128, 128)), "int8-weight-only")
+
+
 def test_suffix_patterns_do_not_match_partial_names():
     model = nn.Sequential()
     model.add_module("proj", nn.Linear(128, 128))
