@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from quantkit.api import quantize_linear
-from quantkit.recipes import QuantizationPlan, Recipe, RecipeLike, load_plan
+from quantkit.recipes import QuantizationPlan, Recipe, RecipeLike, load_plan, unmatched_patterns
 
 from .formats import (
     CT_FORMAT,
@@ -101,6 +101,8 @@ class ConvertReport:
     linear_source: str = ""  # "architecture <Class>" or "name heuristic"
     #: the Linear modules a quantization_config must list as ignored (model names)
     unquantized_linear: list[str] = field(default_factory=list)
+    #: every Linear module of the input (model names: what --ignore / --override patterns match)
+    linear: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         parts = []
@@ -185,6 +187,12 @@ def convert_checkpoint(
     report = ConvertReport(output_dir)
     units = _plan(ckpt, config, input_dir, resolver, plan, format, dequantize, dtype, use_architecture,
                           report)
+    given = [ignore] if isinstance(ignore, str) else list(ignore or ())
+    unmatched = unmatched_patterns([*given, *(overrides or {})], report.linear)
+    if unmatched:  # most likely a typo, or the checkpoint's name prefix where the model's name is meant
+        logger.warning("quantkit: no Linear module of %s matches %s (given as --ignore / --override; patterns match "
+                       "the model's module names, e.g. %s)", input_dir, ", ".join(map(repr, unmatched)),
+                       report.linear[0] if report.linear else "none found")
     order: list[tuple[str, Any]] = []  # ("copy", name) | ("unit", unit), in input storage order
     unit_of: dict[str, _Unit] = {}
     for unit in units:
@@ -264,6 +272,8 @@ def _plan(ckpt: Checkpoint, config: dict, input_dir: Path, resolver: SchemeResol
     linear_names = arch.linear if arch is not None else None
     mapper = NameMapper(arch.tensors if arch else (), arch.prefix if arch else "", ckpt.names())
     report.linear_source = f"architecture {arch.name}" if arch is not None else "name heuristic"
+    if linear_names is not None:  # with those without a tensor of their own (a tied lm_head)
+        report.linear.extend(sorted(linear_names))
 
     modules: list[str] = []
     seen: set[str] = set()
@@ -295,6 +305,8 @@ def _plan(ckpt: Checkpoint, config: dict, input_dir: Path, resolver: SchemeResol
         else:
             is_linear = looks_linear(module, ckpt)
         is_linear = is_linear or stored_quantized
+        if is_linear and linear_names is None:
+            report.linear.append(model_name)
         src = resolver.layout_for(model_name, is_linear, dtype_of, where)  # the config speaks of model names
 
         if src is None:

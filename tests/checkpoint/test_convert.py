@@ -2,6 +2,7 @@
 multi-shard checkpoint, dequantization, and every kind of bad input through the CLI."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -127,7 +128,7 @@ def test_requantize_and_format_change_of_a_quantized_input(tmp_path, minilm):
     assert (_embed(model, batch) * reference).sum(-1).min() > 0.99
 
 
-def test_ignore_and_override_without_a_recipe_apply_to_a_quantized_input(tmp_path):
+def test_ignore_and_override_without_a_recipe_apply_to_a_quantized_input(tmp_path, capsys):
     """No --recipe: every stored module keeps its recipe (a format change), except those --ignore names
     (dequantized) and those an --override matches."""
     model = tiny_llama(dtype=torch.bfloat16)
@@ -137,6 +138,7 @@ def test_ignore_and_override_without_a_recipe_apply_to_a_quantized_input(tmp_pat
                 "--override", "*.up_proj=int8-dynamic", "--no-progress"]) == 0
     qc = read_config(tmp_path / "out")["quantization_config"]
     assert qc["ignore"] == ["lm_head", "model.layers.0.mlp.down_proj"]
+    assert "matches" not in capsys.readouterr().err  # both patterns matched a module
     fp8, out = load_quantized(tmp_path / "fp8"), load_quantized(tmp_path / "out")
     kept = out.model.layers[0].mlp.down_proj
     assert type(kept) is torch.nn.Linear
@@ -146,6 +148,20 @@ def test_ignore_and_override_without_a_recipe_apply_to_a_quantized_input(tmp_pat
         a, b = fp8.model.layers[layer].self_attn.q_proj, out.model.layers[layer].self_attn.q_proj
         assert isinstance(b, Fp8BlockLinear) and torch.equal(bits(a.weight), bits(b.weight))
         assert torch.equal(a.weight_scale, b.weight_scale)
+
+
+def test_patterns_that_match_no_linear_module_are_named_in_a_warning(tmp_path, caplog):
+    """The patterns match the model's module names, so the checkpoint's name prefix (`model.` here) or a typo
+    matches nothing: a warning says so. A tied lm_head, which has no tensor of its own, still counts."""
+    model = tiny_llama(dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path / "in")
+    with caplog.at_level("WARNING", logger="quantkit"):
+        convert_checkpoint(tmp_path / "in", tmp_path / "out", "int8-dynamic", ignore=["lm_head", "lm-head"],
+                           overrides={"model.model.layers.0.*": "skip", "*.up_proj": "int8-weight-only"},
+                           progress=False)
+    warned = [r.getMessage() for r in caplog.records if "matches" in r.getMessage()]
+    assert len(warned) == 1 and re.search(r"no Linear module of .*in matches 'lm-head', 'model\.model\.layers\.0\.\*' "
+                                          r"\(given as --ignore / --override", warned[0]), warned
 
 
 def test_tied_language_model_converts_and_transformers_reads_it(tmp_path):
