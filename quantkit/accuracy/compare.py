@@ -267,6 +267,7 @@ class _LayerHooks:
         self.stats = {name: _LayerStats() for name in self.twins}
         self.stored: dict[str, list[torch.Tensor]] = {}
         self._handles: list = []
+        self._local = False  # the twin runs on the original's input: not a call of the quantized model
 
     def __enter__(self) -> "_LayerHooks":
         for name, module in self.original.items():
@@ -288,7 +289,12 @@ class _LayerHooks:
                 return
             stats = self.stats[name]
             y = output.detach()
-            signal, noise = _sum_squares(twin(*args).detach(), y)
+            self._local = True
+            try:
+                local = twin(*args).detach()
+            finally:
+                self._local = False
+            signal, noise = _sum_squares(local, y)
             stats.signal += signal
             stats.local_noise += noise
             stats.calls += 1
@@ -298,7 +304,7 @@ class _LayerHooks:
     def _quantized_hook(self, name: str):
         def hook(module, args, output):
             pending = self.stored.get(name)
-            if not pending or not isinstance(output, torch.Tensor):
+            if self._local or not pending or not isinstance(output, torch.Tensor):
                 return
             signal, noise = _sum_squares(output.detach(), pending.pop(0))
             stats = self.stats[name]

@@ -288,3 +288,32 @@ def test_cli_output_and_device_errors_come_before_the_model_loads(tmp_path, monk
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["compare", model, "--text", str(text), "--plot", str(tmp_path / "r.png")]) == 2
     assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_layer_called_twice_per_forward_pairs_each_call():
+    # one Linear applied twice in a forward (weight sharing): the layer's local run on the original's
+    # input must not be taken for a call of the quantized model
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(64, 64)
+
+        def forward(self, x):
+            return self.a(torch.relu(self.a(x)))
+
+    net = Twice()
+    x = torch.randn(8, 64)
+    layer = compare(net, "int8-weight-only", inputs=x).results[0].layers[0]
+    q = quantkit.quantize_linear(net.a, Int8WeightOnly()).dequantize().double()
+    w, b, xd = net.a.weight.detach().double(), net.a.bias.detach().double(), x.double()
+    h = xd @ w.t() + b
+    y = torch.relu(h) @ w.t() + b
+    hq = xd @ q.t() + b
+    y_local = torch.relu(h) @ q.t() + b
+    yq = torch.relu(hq) @ q.t() + b
+    signal = h.square().sum() + y.square().sum()
+    assert layer.calls == 2
+    local = ((hq - h).square().sum() + (y_local - y).square().sum()) / signal
+    in_model = ((hq - h).square().sum() + (yq - y).square().sum()) / signal
+    assert layer.rel_error == pytest.approx(local.sqrt().item(), rel=1e-4)
+    assert layer.rel_error_in_model == pytest.approx(in_model.sqrt().item(), rel=1e-4)
