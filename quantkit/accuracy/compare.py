@@ -502,7 +502,7 @@ def compare(
 
     if not _linear_layers(original):
         raise ValueError(f"{model_name} has no nn.Linear layers: nothing to quantize")
-    was_training = original.training
+    modes = [(module, module.training) for module in original.modules()]  # each submodule's own mode
     original.eval()
     try:
         # run the original once first: inputs that do not fit fail here, with a clear message
@@ -519,7 +519,8 @@ def compare(
             results.append(_compare_one(original, labels[index], plan, kind, batches, calibration_batches, ignore,
                                         original_lm if index == 0 else None, progress, quantize_))
     finally:
-        original.train(was_training)
+        for module, training in modes:
+            module.training = training
 
     rows = results[0].output.rows if results else 0
     original_ppl = None

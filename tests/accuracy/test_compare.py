@@ -317,3 +317,16 @@ def test_layer_called_twice_per_forward_pairs_each_call():
     in_model = ((hq - h).square().sum() + (yq - y).square().sum()) / signal
     assert layer.rel_error == pytest.approx(local.sqrt().item(), rel=1e-4)
     assert layer.rel_error_in_model == pytest.approx(in_model.sqrt().item(), rel=1e-4)
+
+
+def test_compare_leaves_the_model_as_it_was():
+    net = nn.Sequential(nn.Linear(128, 128), nn.Dropout(0.1), nn.BatchNorm1d(128), nn.Linear(128, 16))
+    net.train()
+    net[1].eval()  # a model in train mode with one submodule kept in eval mode
+    modes = [m.training for m in net.modules()]
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    compare(net, ["int8-weight-only", Int4WeightOnly(rounding="gptq")], inputs=torch.randn(4, 128),
+            calibration=[torch.randn(8, 128)])
+    assert [m.training for m in net.modules()] == modes
+    assert all(torch.equal(state[k], v) for k, v in net.state_dict().items())
+    assert all(isinstance(net[i], nn.Linear) for i in (0, 3))
