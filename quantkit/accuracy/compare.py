@@ -497,6 +497,8 @@ def compare(
         original, kind, model_name = model, MODULE, type(model).__name__
         batches = _as_batches(inputs)
         calibration_batches = calibration
+        if calibration is not None and not isinstance(calibration, (torch.Tensor, Mapping, str, bytes)):
+            calibration_batches = list(calibration)  # every recipe calibrates on the same items (a generator once)
         dev = next((p.device for p in original.parameters()), torch.device("cpu"))
         dtype = next((p.dtype for p in original.parameters() if p.is_floating_point()), dtype)
 

@@ -330,3 +330,14 @@ def test_compare_leaves_the_model_as_it_was():
     assert [m.training for m in net.modules()] == modes
     assert all(torch.equal(state[k], v) for k, v in net.state_dict().items())
     assert all(isinstance(net[i], nn.Linear) for i in (0, 3))
+
+
+def test_calibration_generator_serves_every_recipe():
+    net = nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 32))
+    data = [torch.randn(16, 128) for _ in range(3)]
+    x = torch.randn(4, 128)
+    recipes = [Int4WeightOnly(rounding="gptq"), Int4WeightOnly(rounding="gptq", group_size=64)]
+    from_list = compare(net, recipes, inputs=x, calibration=data)
+    from_generator = compare(net, recipes, inputs=x, calibration=(item for item in data))
+    for a, b in zip(from_list.results, from_generator.results):
+        assert a.output.rel_error == b.output.rel_error
