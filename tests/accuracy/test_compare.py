@@ -341,3 +341,23 @@ def test_calibration_generator_serves_every_recipe():
     from_generator = compare(net, recipes, inputs=x, calibration=(item for item in data))
     for a, b in zip(from_list.results, from_generator.results):
         assert a.output.rel_error == b.output.rel_error
+
+
+def test_rows_equal_in_both_models_have_cosine_one():
+    # rows that are all zero in both models' outputs agree: cosine 1 (not 0, as 0/0 gave)
+    net = nn.Sequential(nn.Linear(64, 64, bias=False), nn.ReLU())
+    x = torch.randn(6, 64)
+    x[3:] = 0.0
+    report = compare(net, "int8-weight-only", inputs=x)
+    out = report.results[0].output
+    q = quantkit.quantize_linear(net[0], Int8WeightOnly()).dequantize().double()
+    y, yq = torch.relu(x.double() @ net[0].weight.detach().double().t()), torch.relu(x.double() @ q.t())
+    cos = torch.cat([torch.nn.functional.cosine_similarity(yq[:3], y[:3], dim=-1), torch.ones(3, dtype=torch.float64)])
+    assert out.rows == 6
+    assert out.cosine_mean == pytest.approx(cos.mean().item(), abs=1e-7)
+    assert out.cosine_min == pytest.approx(cos.min().item(), abs=1e-7) and out.cosine_min > 0.99
+    # a model whose outputs are all zero in both: identical, cosine 1
+    with torch.no_grad():
+        net[0].weight.zero_()
+    out = compare(net, "int8-weight-only", inputs=x).results[0].output
+    assert (out.cosine_mean, out.cosine_min, out.max_abs_diff, out.rel_error) == (1.0, 1.0, 0.0, 0.0)
