@@ -210,7 +210,9 @@ class _OutputStats:
             # rows equal in both models (all-zero ones too, where 0/0 gives 0) agree: cosine 1
             self.cosines.append(torch.where((o == r).all(-1), 1.0, cos).cpu())
             if r.numel():
-                self.max_abs = max(self.max_abs, (o - r).abs().max().item())
+                diff = (o - r).abs().max().item()
+                if math.isnan(diff) or diff > self.max_abs:  # a NaN stays (max() would drop it)
+                    self.max_abs = diff
         signal, noise = _sum_squares(out, ref)
         self.signal += signal
         self.noise += noise

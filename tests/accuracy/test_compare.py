@@ -361,3 +361,20 @@ def test_rows_equal_in_both_models_have_cosine_one():
         net[0].weight.zero_()
     out = compare(net, "int8-weight-only", inputs=x).results[0].output
     assert (out.cosine_mean, out.cosine_min, out.max_abs_diff, out.rel_error) == (1.0, 1.0, 0.0, 0.0)
+
+
+def test_nan_in_the_quantized_output_shows_in_max_abs_diff():
+    class NanOnceQuantized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            if not isinstance(self.fc, nn.Linear):
+                y = y.clone()
+                y[0, 0] = math.nan
+            return y
+
+    out = compare(NanOnceQuantized(), "int8-weight-only", inputs=torch.randn(4, 64)).results[0].output
+    assert math.isnan(out.max_abs_diff) and math.isnan(out.rel_error) and math.isnan(out.cosine_min)
