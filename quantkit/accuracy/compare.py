@@ -454,7 +454,7 @@ def compare(
             and its inputs are used where they are.
         dtype: a directory's model dtype (default float32).
         batch_size, max_length: sentences per batch and their token limit (default 256); for a
-            causal LM, windows per batch and tokens per window (default 512, capped by the model).
+            causal LM, windows per batch and tokens per window (default 512); both capped by the model.
         progress: tqdm progress bars.
 
     Raises ValueError for inputs that do not fit the model, a recipe that quantizes nothing in
@@ -481,20 +481,24 @@ def compare(
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         original, tokenizer, kind = load_hf_model(model, dev, dtype)
         model_name = os.fspath(model)
+        limit = getattr(original.config, "max_position_embeddings", None) or 512
         if kind == CAUSAL_LM:
-            limit = getattr(original.config, "max_position_embeddings", None) or 512
             window = min(max_length or 512, limit)
             batches = lm_batches(tokenizer, body, batch_size, window, dev)
         else:
+            tokens = getattr(tokenizer, "model_max_length", None)  # RoBERTa: 514 positions, 512 tokens
+            if isinstance(tokens, int) and 0 < tokens < limit:
+                limit = tokens
+            window = min(max_length or 256, limit)
             lines = [line.strip() for line in body.splitlines() if line.strip()]
-            batches = embedding_batches(tokenizer, lines, batch_size, max_length or 256, dev)
+            batches = embedding_batches(tokenizer, lines, batch_size, window, dev)
         if calibration is not None:
             calib_text = read_text(calibration)
             if kind == CAUSAL_LM:
                 calibration_batches = lm_batches(tokenizer, calib_text, batch_size, window, dev)
             else:
                 calib_lines = [line.strip() for line in calib_text.splitlines() if line.strip()]
-                calibration_batches = embedding_batches(tokenizer, calib_lines, batch_size, max_length or 256, dev)
+                calibration_batches = embedding_batches(tokenizer, calib_lines, batch_size, window, dev)
     else:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module or a model directory path, got {type(model).__name__}")

@@ -378,3 +378,16 @@ def test_nan_in_the_quantized_output_shows_in_max_abs_diff():
 
     out = compare(NanOnceQuantized(), "int8-weight-only", inputs=torch.randn(4, 64)).results[0].output
     assert math.isnan(out.max_abs_diff) and math.isnan(out.rel_error) and math.isnan(out.cosine_min)
+
+
+def test_embedding_max_length_is_capped_by_the_model(tmp_path):
+    # --max-length beyond the encoder's 512 positions: sentences are cut at 512 tokens, as a causal LM's
+    # windows are, instead of the run failing with "the sample inputs do not fit the model"
+    from .minilm import minilm_dir
+
+    text = tmp_path / "long.txt"
+    text.write_text("word " * 700 + "\nA short sentence.\n")
+    capped = compare(minilm_dir(), "int8-weight-only", text=text, max_length=4096, device="cpu")
+    at_limit = compare(minilm_dir(), "int8-weight-only", text=text, max_length=512, device="cpu")
+    assert capped.rows == 2
+    assert capped.results[0].output.cosine_min == at_limit.results[0].output.cosine_min
