@@ -477,7 +477,8 @@ def compare(
     if isinstance(model, (str, os.PathLike)):
         if text is None:
             raise ValueError("comparing a model directory needs text=<a text file> to run the models on")
-        body = read_text(text)  # check the text before the slow load
+        body = read_text(text)  # check the texts before the slow load
+        calib_text = None if calibration is None else read_text(calibration)
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         original, tokenizer, kind = load_hf_model(model, dev, dtype)
         model_name = os.fspath(model)
@@ -492,8 +493,7 @@ def compare(
             window = min(max_length or 256, limit)
             lines = [line.strip() for line in body.splitlines() if line.strip()]
             batches = embedding_batches(tokenizer, lines, batch_size, window, dev)
-        if calibration is not None:
-            calib_text = read_text(calibration)
+        if calib_text is not None:
             if kind == CAUSAL_LM:
                 calibration_batches = lm_batches(tokenizer, calib_text, batch_size, window, dev)
             else:

@@ -391,3 +391,22 @@ def test_embedding_max_length_is_capped_by_the_model(tmp_path):
     at_limit = compare(minilm_dir(), "int8-weight-only", text=text, max_length=512, device="cpu")
     assert capped.rows == 2
     assert capped.results[0].output.cosine_min == at_limit.results[0].output.cosine_min
+
+
+def test_calibration_file_is_checked_before_the_model_loads(tmp_path, monkeypatch):
+    import importlib
+
+    compare_module = importlib.import_module("quantkit.accuracy.compare")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the calibration file was checked")
+
+    monkeypatch.setattr(compare_module, "load_hf_model", no_load)
+    text = tmp_path / "t.txt"
+    text.write_text("A sentence.\n")
+    with pytest.raises(FileNotFoundError, match="missing.txt does not exist"):
+        compare(tmp_path, Int4WeightOnly(rounding="gptq"), text=text, calibration=tmp_path / "missing.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="empty.txt is empty"):
+        compare(tmp_path, Int4WeightOnly(rounding="gptq"), text=text, calibration=empty)
