@@ -141,3 +141,26 @@ def test_quantize_calibration_errors():
     # a model whose calibrated layers are all skipped needs no calibration inputs
     with pytest.warns(UserWarning, match="not a multiple of group_size"):
         quantkit.quantize_(nn.Sequential(nn.Linear(64, 8)), Int4WeightOnly(rounding="gptq"))
+
+
+def test_calibration_runs_the_model_for_inference_and_leaves_it_as_it_was():
+    # a model in train mode (nn.Module's default): the calibration pass must neither drop features
+    # (Dropout) nor update BatchNorm's running statistics, and gives back each submodule's own mode
+    model = nn.Sequential(nn.Linear(128, 128), nn.BatchNorm1d(128), nn.Dropout(0.5), nn.Linear(128, 64),
+                          nn.Dropout(0.1), nn.Linear(64, 32))
+    model[4].eval()  # one submodule kept in eval mode
+    modes = [m.training for m in model.modules()]
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    calib = [torch.randn(64, 128) + 2.0 for _ in range(2)]
+    moments = collect_input_moments(model, {"3": model[3]}, calib)
+    assert [m.training for m in model.modules()] == modes
+    assert all(torch.equal(buffers[k], v) for k, v in model.named_buffers())
+    with torch.no_grad():
+        hidden = torch.cat([model[1].eval()(model[0](x)) for x in calib])  # BN's running statistics, no dropout
+    model[1].train()
+    torch.testing.assert_close(moments["3"], hidden.t() @ hidden / hidden.shape[0])
+
+    quantkit.quantize_(model, Int4WeightOnly(group_size=64, rounding="gptq"), calibration=calib)
+    assert isinstance(model[5], Int4WeightOnlyLinear)
+    assert [m.training for m in model.modules()] == modes
+    assert all(torch.equal(buffers[k], v) for k, v in model.named_buffers() if k.startswith("1."))
