@@ -68,7 +68,7 @@ class LayerError:
     rel_error: float
     sqnr_db_in_model: float
     rel_error_in_model: float
-    calls: int  # times the layer ran over all inputs
+    calls: int  # times the layer ran over all inputs (0: the errors are NaN, nothing was measured)
 
 
 @dataclass
@@ -99,7 +99,7 @@ class RecipeResult:
 
     @property
     def worst_layer(self) -> LayerError | None:
-        quantized = [layer for layer in self.layers if layer.status == "quantized"]
+        quantized = [layer for layer in self.layers if layer.status == "quantized" and not math.isnan(layer.rel_error)]
         return max(quantized, key=lambda layer: layer.rel_error, default=None)
 
 
@@ -596,10 +596,11 @@ def _compare_one(original, label, plan, kind, batches, calibration, ignore, orig
                 shape=(module.out_features, module.in_features),
                 status=status.get(name, "not a target"),
                 format=q_format,
-                sqnr_db=_sqnr_db(stats.signal, stats.local_noise),
-                rel_error=_rel(stats.signal, stats.local_noise),
-                sqnr_db_in_model=_sqnr_db(stats.model_signal, stats.model_noise),
-                rel_error_in_model=_rel(stats.model_signal, stats.model_noise),
+                # a layer that never ran has no error to report: NaN, not a perfect 0
+                sqnr_db=_sqnr_db(stats.signal, stats.local_noise) if stats.calls else math.nan,
+                rel_error=_rel(stats.signal, stats.local_noise) if stats.calls else math.nan,
+                sqnr_db_in_model=_sqnr_db(stats.model_signal, stats.model_noise) if stats.calls else math.nan,
+                rel_error_in_model=_rel(stats.model_signal, stats.model_noise) if stats.calls else math.nan,
                 calls=stats.calls,
             ))
     del quantized

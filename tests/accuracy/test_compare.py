@@ -410,3 +410,26 @@ def test_calibration_file_is_checked_before_the_model_loads(tmp_path, monkeypatc
     empty.write_text("\n")
     with pytest.raises(ValueError, match="empty.txt is empty"):
         compare(tmp_path, Int4WeightOnly(rounding="gptq"), text=text, calibration=empty)
+
+
+def test_a_layer_that_never_ran_has_no_error_to_report():
+    class WithUnused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.unused = nn.Linear(64, 64)
+            self.fc = nn.Linear(64, 8)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    report = compare(WithUnused(), "int8-weight-only", inputs=torch.randn(4, 64))
+    result = report.results[0]
+    unused, fc = result.layers
+    assert unused.name == "unused" and unused.calls == 0 and fc.calls == 1
+    # not measured: NaN (null in JSON), not a perfect 0 error / infinite SQNR
+    assert all(math.isnan(v) for v in (unused.sqnr_db, unused.rel_error, unused.sqnr_db_in_model,
+                                       unused.rel_error_in_model))
+    assert result.worst_layer is fc
+    assert json.loads(report.to_json())["results"][0]["layers"][0]["rel_error"] is None
+    row = next(line for line in report.table().splitlines() if line.startswith("unused"))
+    assert "not run" in row and "inf" not in row
