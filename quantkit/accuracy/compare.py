@@ -68,7 +68,7 @@ class LayerError:
     rel_error: float
     sqnr_db_in_model: float
     rel_error_in_model: float
-    calls: int  # times the layer ran over all inputs
+    calls: int  # times the layer ran over all inputs (0: the errors are NaN, nothing was measured)
 
 
 @dataclass
@@ -99,7 +99,7 @@ class RecipeResult:
 
     @property
     def worst_layer(self) -> LayerError | None:
-        quantized = [layer for layer in self.layers if layer.status == "quantized"]
+        quantized = [layer for layer in self.layers if layer.status == "quantized" and not math.isnan(layer.rel_error)]
         return max(quantized, key=lambda layer: layer.rel_error, default=None)
 
 
@@ -206,9 +206,13 @@ class _OutputStats:
         rows = max(1, (1 << 22) // max(1, ref.shape[1]))
         for i in range(0, ref.shape[0], rows):
             r, o = ref[i:i + rows].double(), out[i:i + rows].double()
-            self.cosines.append(torch.nn.functional.cosine_similarity(o, r, dim=-1, eps=1e-30).cpu())
+            cos = torch.nn.functional.cosine_similarity(o, r, dim=-1, eps=1e-30)
+            # rows equal in both models (all-zero ones too, where 0/0 gives 0) agree: cosine 1
+            self.cosines.append(torch.where((o == r).all(-1), 1.0, cos).cpu())
             if r.numel():
-                self.max_abs = max(self.max_abs, (o - r).abs().max().item())
+                diff = (o - r).abs().max().item()
+                if math.isnan(diff) or diff > self.max_abs:  # a NaN stays (max() would drop it)
+                    self.max_abs = diff
         signal, noise = _sum_squares(out, ref)
         self.signal += signal
         self.noise += noise
@@ -267,6 +271,7 @@ class _LayerHooks:
         self.stats = {name: _LayerStats() for name in self.twins}
         self.stored: dict[str, list[torch.Tensor]] = {}
         self._handles: list = []
+        self._local = False  # the twin runs on the original's input: not a call of the quantized model
 
     def __enter__(self) -> "_LayerHooks":
         for name, module in self.original.items():
@@ -288,7 +293,12 @@ class _LayerHooks:
                 return
             stats = self.stats[name]
             y = output.detach()
-            signal, noise = _sum_squares(twin(*args).detach(), y)
+            self._local = True
+            try:
+                local = twin(*args).detach()
+            finally:
+                self._local = False
+            signal, noise = _sum_squares(local, y)
             stats.signal += signal
             stats.local_noise += noise
             stats.calls += 1
@@ -298,7 +308,7 @@ class _LayerHooks:
     def _quantized_hook(self, name: str):
         def hook(module, args, output):
             pending = self.stored.get(name)
-            if not pending or not isinstance(output, torch.Tensor):
+            if self._local or not pending or not isinstance(output, torch.Tensor):
                 return
             signal, noise = _sum_squares(output.detach(), pending.pop(0))
             stats = self.stats[name]
@@ -444,7 +454,7 @@ def compare(
             and its inputs are used where they are.
         dtype: a directory's model dtype (default float32).
         batch_size, max_length: sentences per batch and their token limit (default 256); for a
-            causal LM, windows per batch and tokens per window (default 512, capped by the model).
+            causal LM, windows per batch and tokens per window (default 512); both capped by the model.
         progress: tqdm progress bars.
 
     Raises ValueError for inputs that do not fit the model, a recipe that quantizes nothing in
@@ -467,36 +477,42 @@ def compare(
     if isinstance(model, (str, os.PathLike)):
         if text is None:
             raise ValueError("comparing a model directory needs text=<a text file> to run the models on")
-        body = read_text(text)  # check the text before the slow load
+        body = read_text(text)  # check the texts before the slow load
+        calib_text = None if calibration is None else read_text(calibration)
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         original, tokenizer, kind = load_hf_model(model, dev, dtype)
         model_name = os.fspath(model)
+        limit = getattr(original.config, "max_position_embeddings", None) or 512
         if kind == CAUSAL_LM:
-            limit = getattr(original.config, "max_position_embeddings", None) or 512
             window = min(max_length or 512, limit)
             batches = lm_batches(tokenizer, body, batch_size, window, dev)
         else:
+            tokens = getattr(tokenizer, "model_max_length", None)  # RoBERTa: 514 positions, 512 tokens
+            if isinstance(tokens, int) and 0 < tokens < limit:
+                limit = tokens
+            window = min(max_length or 256, limit)
             lines = [line.strip() for line in body.splitlines() if line.strip()]
-            batches = embedding_batches(tokenizer, lines, batch_size, max_length or 256, dev)
-        if calibration is not None:
-            calib_text = read_text(calibration)
+            batches = embedding_batches(tokenizer, lines, batch_size, window, dev)
+        if calib_text is not None:
             if kind == CAUSAL_LM:
                 calibration_batches = lm_batches(tokenizer, calib_text, batch_size, window, dev)
             else:
                 calib_lines = [line.strip() for line in calib_text.splitlines() if line.strip()]
-                calibration_batches = embedding_batches(tokenizer, calib_lines, batch_size, max_length or 256, dev)
+                calibration_batches = embedding_batches(tokenizer, calib_lines, batch_size, window, dev)
     else:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module or a model directory path, got {type(model).__name__}")
         original, kind, model_name = model, MODULE, type(model).__name__
         batches = _as_batches(inputs)
         calibration_batches = calibration
+        if calibration is not None and not isinstance(calibration, (torch.Tensor, Mapping, str, bytes)):
+            calibration_batches = list(calibration)  # every recipe calibrates on the same items (a generator once)
         dev = next((p.device for p in original.parameters()), torch.device("cpu"))
         dtype = next((p.dtype for p in original.parameters() if p.is_floating_point()), dtype)
 
     if not _linear_layers(original):
         raise ValueError(f"{model_name} has no nn.Linear layers: nothing to quantize")
-    was_training = original.training
+    modes = [(module, module.training) for module in original.modules()]  # each submodule's own mode
     original.eval()
     try:
         # run the original once first: inputs that do not fit fail here, with a clear message
@@ -513,7 +529,8 @@ def compare(
             results.append(_compare_one(original, labels[index], plan, kind, batches, calibration_batches, ignore,
                                         original_lm if index == 0 else None, progress, quantize_))
     finally:
-        original.train(was_training)
+        for module, training in modes:
+            module.training = training
 
     rows = results[0].output.rows if results else 0
     original_ppl = None
@@ -579,10 +596,11 @@ def _compare_one(original, label, plan, kind, batches, calibration, ignore, orig
                 shape=(module.out_features, module.in_features),
                 status=status.get(name, "not a target"),
                 format=q_format,
-                sqnr_db=_sqnr_db(stats.signal, stats.local_noise),
-                rel_error=_rel(stats.signal, stats.local_noise),
-                sqnr_db_in_model=_sqnr_db(stats.model_signal, stats.model_noise),
-                rel_error_in_model=_rel(stats.model_signal, stats.model_noise),
+                # a layer that never ran has no error to report: NaN, not a perfect 0
+                sqnr_db=_sqnr_db(stats.signal, stats.local_noise) if stats.calls else math.nan,
+                rel_error=_rel(stats.signal, stats.local_noise) if stats.calls else math.nan,
+                sqnr_db_in_model=_sqnr_db(stats.model_signal, stats.model_noise) if stats.calls else math.nan,
+                rel_error_in_model=_rel(stats.model_signal, stats.model_noise) if stats.calls else math.nan,
                 calls=stats.calls,
             ))
     del quantized

@@ -133,6 +133,8 @@ def table(report: "ComparisonReport", layers: bool = True) -> str:
                     cells.append(f"{'-':>{cell}}")
                 elif layer.status != "quantized":
                     cells.append(f"{'kept (' + layer.status.split(':')[0] + ')':>{cell}}")
+                elif layer.calls == 0:
+                    cells.append(f"{'not run':>{cell}}")
                 else:
                     cells.append(f"{_fmt(layer.sqnr_db, '.1f'):>6} {_fmt(layer.rel_error, '.4f'):>8} "
                                  f"{_fmt(layer.rel_error_in_model, '.4f'):>9}".rjust(cell))

@@ -1,8 +1,9 @@
 """Input statistics for calibrated rounding: the second moment E[x x^T] of each layer's inputs.
 
-:func:`collect_input_moments` runs the user's calibration inputs through the *float* model once, with
-a forward hook on every layer to calibrate, and accumulates ``sum x x^T`` over all tokens (every
-leading position of the layer's input counts as one sample), divided by the count at the end. Layers
+:func:`collect_input_moments` runs the user's calibration inputs through the *float* model once, in
+eval mode (as it will be used), with a forward hook on every layer to calibrate, and accumulates
+``sum x x^T`` over all tokens (every leading position of the layer's input counts as one sample),
+divided by the count at the end. Layers
 fed the very same tensor (query/key/value, gate/up) share the matrix product of each forward.
 
 All layers' statistics come from one pass over the float model ("non-sequential" calibration: each
@@ -85,6 +86,10 @@ def collect_input_moments(
 
         items = tqdm(calibration, desc="calibrating", unit="input")
     seen = 0
+    # inference behaviour (no dropout, BatchNorm's running statistics left alone); each submodule's own
+    # mode comes back afterwards
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
     try:
         with torch.no_grad():
             for i, item in enumerate(items):
@@ -98,6 +103,8 @@ def collect_input_moments(
     finally:
         for h in handles:
             h.remove()
+        for module, training in modes:
+            module.training = training
     if seen == 0:
         raise ValueError("calibration is empty: give at least one model input")
     missing = [name for name in modules if not collector.counts.get(name)]

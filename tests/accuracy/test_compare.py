@@ -288,3 +288,148 @@ def test_cli_output_and_device_errors_come_before_the_model_loads(tmp_path, monk
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert main(["compare", model, "--text", str(text), "--plot", str(tmp_path / "r.png")]) == 2
     assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_layer_called_twice_per_forward_pairs_each_call():
+    # one Linear applied twice in a forward (weight sharing): the layer's local run on the original's
+    # input must not be taken for a call of the quantized model
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(64, 64)
+
+        def forward(self, x):
+            return self.a(torch.relu(self.a(x)))
+
+    net = Twice()
+    x = torch.randn(8, 64)
+    layer = compare(net, "int8-weight-only", inputs=x).results[0].layers[0]
+    q = quantkit.quantize_linear(net.a, Int8WeightOnly()).dequantize().double()
+    w, b, xd = net.a.weight.detach().double(), net.a.bias.detach().double(), x.double()
+    h = xd @ w.t() + b
+    y = torch.relu(h) @ w.t() + b
+    hq = xd @ q.t() + b
+    y_local = torch.relu(h) @ q.t() + b
+    yq = torch.relu(hq) @ q.t() + b
+    signal = h.square().sum() + y.square().sum()
+    assert layer.calls == 2
+    local = ((hq - h).square().sum() + (y_local - y).square().sum()) / signal
+    in_model = ((hq - h).square().sum() + (yq - y).square().sum()) / signal
+    assert layer.rel_error == pytest.approx(local.sqrt().item(), rel=1e-4)
+    assert layer.rel_error_in_model == pytest.approx(in_model.sqrt().item(), rel=1e-4)
+
+
+def test_compare_leaves_the_model_as_it_was():
+    net = nn.Sequential(nn.Linear(128, 128), nn.Dropout(0.1), nn.BatchNorm1d(128), nn.Linear(128, 16))
+    net.train()
+    net[1].eval()  # a model in train mode with one submodule kept in eval mode
+    modes = [m.training for m in net.modules()]
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    compare(net, ["int8-weight-only", Int4WeightOnly(rounding="gptq")], inputs=torch.randn(4, 128),
+            calibration=[torch.randn(8, 128)])
+    assert [m.training for m in net.modules()] == modes
+    assert all(torch.equal(state[k], v) for k, v in net.state_dict().items())
+    assert all(isinstance(net[i], nn.Linear) for i in (0, 3))
+
+
+def test_calibration_generator_serves_every_recipe():
+    net = nn.Sequential(nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 32))
+    data = [torch.randn(16, 128) for _ in range(3)]
+    x = torch.randn(4, 128)
+    recipes = [Int4WeightOnly(rounding="gptq"), Int4WeightOnly(rounding="gptq", group_size=64)]
+    from_list = compare(net, recipes, inputs=x, calibration=data)
+    from_generator = compare(net, recipes, inputs=x, calibration=(item for item in data))
+    for a, b in zip(from_list.results, from_generator.results):
+        assert a.output.rel_error == b.output.rel_error
+
+
+def test_rows_equal_in_both_models_have_cosine_one():
+    # rows that are all zero in both models' outputs agree: cosine 1 (not 0, as 0/0 gave)
+    net = nn.Sequential(nn.Linear(64, 64, bias=False), nn.ReLU())
+    x = torch.randn(6, 64)
+    x[3:] = 0.0
+    report = compare(net, "int8-weight-only", inputs=x)
+    out = report.results[0].output
+    q = quantkit.quantize_linear(net[0], Int8WeightOnly()).dequantize().double()
+    y, yq = torch.relu(x.double() @ net[0].weight.detach().double().t()), torch.relu(x.double() @ q.t())
+    cos = torch.cat([torch.nn.functional.cosine_similarity(yq[:3], y[:3], dim=-1), torch.ones(3, dtype=torch.float64)])
+    assert out.rows == 6
+    assert out.cosine_mean == pytest.approx(cos.mean().item(), abs=1e-7)
+    assert out.cosine_min == pytest.approx(cos.min().item(), abs=1e-7) and out.cosine_min > 0.99
+    # a model whose outputs are all zero in both: identical, cosine 1
+    with torch.no_grad():
+        net[0].weight.zero_()
+    out = compare(net, "int8-weight-only", inputs=x).results[0].output
+    assert (out.cosine_mean, out.cosine_min, out.max_abs_diff, out.rel_error) == (1.0, 1.0, 0.0, 0.0)
+
+
+def test_nan_in_the_quantized_output_shows_in_max_abs_diff():
+    class NanOnceQuantized(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            if not isinstance(self.fc, nn.Linear):
+                y = y.clone()
+                y[0, 0] = math.nan
+            return y
+
+    out = compare(NanOnceQuantized(), "int8-weight-only", inputs=torch.randn(4, 64)).results[0].output
+    assert math.isnan(out.max_abs_diff) and math.isnan(out.rel_error) and math.isnan(out.cosine_min)
+
+
+def test_embedding_max_length_is_capped_by_the_model(tmp_path):
+    # --max-length beyond the encoder's 512 positions: sentences are cut at 512 tokens, as a causal LM's
+    # windows are, instead of the run failing with "the sample inputs do not fit the model"
+    from .minilm import minilm_dir
+
+    text = tmp_path / "long.txt"
+    text.write_text("word " * 700 + "\nA short sentence.\n")
+    capped = compare(minilm_dir(), "int8-weight-only", text=text, max_length=4096, device="cpu")
+    at_limit = compare(minilm_dir(), "int8-weight-only", text=text, max_length=512, device="cpu")
+    assert capped.rows == 2
+    assert capped.results[0].output.cosine_min == at_limit.results[0].output.cosine_min
+
+
+def test_calibration_file_is_checked_before_the_model_loads(tmp_path, monkeypatch):
+    import importlib
+
+    compare_module = importlib.import_module("quantkit.accuracy.compare")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the calibration file was checked")
+
+    monkeypatch.setattr(compare_module, "load_hf_model", no_load)
+    text = tmp_path / "t.txt"
+    text.write_text("A sentence.\n")
+    with pytest.raises(FileNotFoundError, match="missing.txt does not exist"):
+        compare(tmp_path, Int4WeightOnly(rounding="gptq"), text=text, calibration=tmp_path / "missing.txt")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="empty.txt is empty"):
+        compare(tmp_path, Int4WeightOnly(rounding="gptq"), text=text, calibration=empty)
+
+
+def test_a_layer_that_never_ran_has_no_error_to_report():
+    class WithUnused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.unused = nn.Linear(64, 64)
+            self.fc = nn.Linear(64, 8)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    report = compare(WithUnused(), "int8-weight-only", inputs=torch.randn(4, 64))
+    result = report.results[0]
+    unused, fc = result.layers
+    assert unused.name == "unused" and unused.calls == 0 and fc.calls == 1
+    # not measured: NaN (null in JSON), not a perfect 0 error / infinite SQNR
+    assert all(math.isnan(v) for v in (unused.sqnr_db, unused.rel_error, unused.sqnr_db_in_model,
+                                       unused.rel_error_in_model))
+    assert result.worst_layer is fc
+    assert json.loads(report.to_json())["results"][0]["layers"][0]["rel_error"] is None
+    row = next(line for line in report.table().splitlines() if line.startswith("unused"))
+    assert "not run" in row and "inf" not in row

@@ -58,8 +58,9 @@ def test_gptq_format(symmetric, dtype):
     if symmetric:
         assert (zero == 8).all()
     # static groups: the scales are the activation-aware search's, chosen before the error feedback
-    s_ref, z_ref = int4_qparams_search(w, g, symmetric, dtype, importance=torch.diagonal(h).clamp(min=0) +
-                                       (torch.diagonal(h) <= 0).float())
+    diag = torch.diagonal(h).clone()
+    diag[diag <= 0] = diag[diag > 0].mean()  # the unseen feature weighs as an average one
+    s_ref, z_ref = int4_qparams_search(w, g, symmetric, dtype, importance=diag)
     assert torch.equal(scale, s_ref) and torch.equal(zero, z_ref)
     packed, scale2, zero2 = quantize_weight_int4_gptq(w, g, symmetric, dtype, hessian=h)
     assert torch.equal(unpack_int4(packed), codes)
@@ -141,3 +142,44 @@ def test_quantize_calibration_errors():
     # a model whose calibrated layers are all skipped needs no calibration inputs
     with pytest.warns(UserWarning, match="not a multiple of group_size"):
         quantkit.quantize_(nn.Sequential(nn.Linear(64, 8)), Int4WeightOnly(rounding="gptq"))
+
+
+def test_calibration_runs_the_model_for_inference_and_leaves_it_as_it_was():
+    # a model in train mode (nn.Module's default): the calibration pass must neither drop features
+    # (Dropout) nor update BatchNorm's running statistics, and gives back each submodule's own mode
+    model = nn.Sequential(nn.Linear(128, 128), nn.BatchNorm1d(128), nn.Dropout(0.5), nn.Linear(128, 64),
+                          nn.Dropout(0.1), nn.Linear(64, 32))
+    model[4].eval()  # one submodule kept in eval mode
+    modes = [m.training for m in model.modules()]
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    calib = [torch.randn(64, 128) + 2.0 for _ in range(2)]
+    moments = collect_input_moments(model, {"3": model[3]}, calib)
+    assert [m.training for m in model.modules()] == modes
+    assert all(torch.equal(buffers[k], v) for k, v in model.named_buffers())
+    with torch.no_grad():
+        hidden = torch.cat([model[1].eval()(model[0](x)) for x in calib])  # BN's running statistics, no dropout
+    model[1].train()
+    torch.testing.assert_close(moments["3"], hidden.t() @ hidden / hidden.shape[0])
+
+    quantkit.quantize_(model, Int4WeightOnly(group_size=64, rounding="gptq"), calibration=calib)
+    assert isinstance(model[5], Int4WeightOnlyLinear)
+    assert [m.training for m in model.modules()] == modes
+    assert all(torch.equal(buffers[k], v) for k, v in model.named_buffers() if k.startswith("1."))
+
+
+def test_gptq_does_not_depend_on_the_scale_of_the_inputs_with_unseen_features():
+    # inputs 2^12 times larger or smaller give the same rounding; features the calibration never saw
+    # must not change that (a fixed H[j, j] = 1 for them weighed them against the others' scale)
+    w = torch.randn(32, 256) * 0.02
+    x = _correlated_inputs(1024, 256) * 0.05
+    x[:, 10:40] = 0
+    h = x.t() @ x / x.shape[0]
+    results = [gptq_qparams_and_codes(w, h * c, 64, False, torch.float32) for c in (2.0 ** -12, 1.0, 2.0 ** 12)]
+    for result in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], result))
+    codes, scale, zero = results[0]
+    # the unseen features are rounded plainly, their weights kept
+    plain = quantize_int4_with_qparams(w, scale, zero, 64)
+    assert torch.equal(codes[:, 10:40], plain[:, 10:40])
+    all_dead = gptq_qparams_and_codes(w, torch.zeros(256, 256), 64, False, torch.float32)
+    assert torch.equal(all_dead[0], quantize_int4_with_qparams(w, all_dead[1], all_dead[2], 64))
