@@ -165,13 +165,18 @@ _WARNED: set = set()  # (family, key) of the user-cache entries already warned a
 def _valid_entries(family: str, entries: dict[str, dict], module) -> dict[str, dict]:
     """The user cache's entries that ``module.check_config_entry`` accepts. One written by another version of
     quantkit (or edited by hand) that this one cannot run is skipped with a warning naming it and the file,
-    rather than failing every call that would have used it."""
+    rather than failing every call that would have used it; so is a ``TILED`` decode config, which expects
+    weights in a layout the layers do not keep."""
     check = getattr(module, "check_config_entry", None)
     if check is None:
         return entries
     valid = {}
     for key, config in entries.items():
         try:
+            if isinstance(config, dict) and config.get("TILED"):
+                # (it would run, on the wrong bytes: a silently wrong output rather than an error)
+                raise ValueError("a TILED decode config reads weights rearranged by wo_decode_sm90.tile_weight; "
+                                 "the layers keep theirs row-major")
             check(config)
         except (ValueError, TypeError, AttributeError) as exc:
             if (family, key) not in _WARNED:

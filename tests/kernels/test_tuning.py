@@ -430,6 +430,25 @@ def test_a_user_cache_entry_this_version_cannot_run_is_skipped_with_a_warning(mo
         k._check_config(stale)
 
 
+def test_a_user_cache_entry_for_tiled_weights_is_skipped_with_a_warning(monkeypatch):
+    """A TILED decode config passes the family's key check (``linear(config=...)`` takes it, for weights
+    rearranged by ``wo_decode_sm90.tile_weight``), but the layers' weights are row-major: from the user cache it
+    would read the wrong bytes without an error. It is skipped, named in a warning, like an entry that cannot run."""
+    from quantkit.kernels import int8_weight_only as k
+
+    good = k._decode_config(1, 4)
+    tiled = dict(good, TILED=True)
+    k.check_config_entry(tiled)  # (a config the kernel runs)
+    monkeypatch.setattr(tuning, "_shipped_split", lambda family: ({"4,4096,4096": good}, {}, []))
+    monkeypatch.setattr(tuning, "_read_user_cache", lambda: {"int8_weight_only": {"4,4096,4096": tiled}})
+    monkeypatch.setattr(tuning, "_MEMO", {})
+    monkeypatch.setattr(tuning, "_WARNED", set())
+    monkeypatch.setattr(tuning, "user_cache_path", lambda: "/home/u/.cache/quantkit/tuned-gpu.json")
+    with pytest.warns(UserWarning, match=r"ignoring the int8_weight_only config for \(M, N, K\) = \(4,4096,4096\).*"
+                                         r"TILED .*row-major"):
+        assert tuning.get_config("int8_weight_only", 4, 4096, 4096, k) == good
+
+
 @pytest.mark.parametrize("family", ["fp8_block", "int8_dynamic", "int8_weight_only", "int4_weight_only"])
 def test_every_offered_default_and_shipped_config_passes_its_family_check(family):
     """The checks that reject unknown keys must accept everything the library itself offers or ships (M from 1

@@ -224,3 +224,46 @@ def test_model_to_cuda_gives_the_same_outputs(recipe):
         model.to("cuda")
         y_gpu = model(x.cuda()).cpu()
     assert rel_error(y_gpu, y_cpu) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_layer_on_a_second_gpu_runs_there_gpu(recipe):
+    """A model spread over GPUs: a layer quantized and called on cuda:1 while cuda:0 is current runs its
+    kernels on cuda:1 (Triton launches on the current device's stream), launch-plan replays included."""
+    reference = {"fp8-block": R.fp8_block_linear, "int8-dynamic": R.int8_dynamic_linear,
+                 "int8-weight-only": R.int8_weight_only_linear, "int4-weight-only": R.int4_weight_only_linear}[recipe]
+    lin = make_linear(512, 384, dtype=torch.bfloat16)
+    on_cpu = quantized(copy.deepcopy(lin), recipe)
+    with torch.no_grad(), torch.cuda.device(0):
+        layer = quantized(lin.to("cuda:1"), recipe)
+        for name, buffer in on_cpu.state_dict().items():  # the quantizers ran on cuda:1, bit-exact
+            assert torch.equal(layer.state_dict()[name].cpu().view(torch.uint8), buffer.view(torch.uint8)), name
+        for m in (1, 33):
+            x = torch.randn(m, 512, dtype=torch.bfloat16, device="cuda:1")
+            want = reference(x, *layer.kernel_args())
+            for _ in range(3):  # the first call, the recorded one, a replay
+                y = layer(x)
+                assert y.device == x.device and torch.cuda.current_device() == 0
+                assert rel_error(y, want) < 1e-2, (recipe, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_input_layouts_gpu(recipe):
+    """Inputs the TMA and vectorized paths cannot all take as they are: a view at an odd element offset
+    (2-byte aligned rows), one broadcast over M (row stride 0) and one a row into a larger tensor, at the
+    decode, the small-M and the large-M kernels; each call, the recorded one and the replays, as the
+    reference on the same x."""
+    reference = {"fp8-block": R.fp8_block_linear, "int8-dynamic": R.int8_dynamic_linear,
+                 "int8-weight-only": R.int8_weight_only_linear, "int4-weight-only": R.int4_weight_only_linear}[recipe]
+    layer = quantized(make_linear(256, 1152, dtype=torch.bfloat16), recipe).to("cuda")
+    with torch.no_grad():
+        for m in (1, 8, 300):
+            big = torch.randn(m + 1, 256 + 16, dtype=torch.bfloat16, device="cuda")
+            for name, x in (("odd offset", big[:m, 1:257]), ("broadcast", big[:1, :256].expand(m, 256)),
+                            ("row offset", big[1:, 16:272])):
+                want = reference(x.contiguous(), *layer.kernel_args())
+                for _ in range(3):
+                    assert rel_error(layer(x), want) < 1e-2, (recipe, m, name)
