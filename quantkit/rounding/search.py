@@ -162,7 +162,9 @@ def int4_qparams_search(
     if _gpu_kernel_takes(weight, scale_dtype):
         from quantkit.kernels.int4_search import qparams_search
 
-        with torch.no_grad():
+        # Triton launches on the current device's stream: the weight's device, not the caller's (cuda:1 of a
+        # model spread over GPUs while cuda:0 is current), as ops.dispatch does for the layers' kernels
+        with torch.no_grad(), torch.cuda.device(weight.device):
             scale, zero = qparams_search(weight.detach(), group_size, symmetric, scale_dtype,
                                          None if h is None else h.view(-1), refine_steps, COARSE_FRACTIONS,
                                          FINE_OFFSETS)
