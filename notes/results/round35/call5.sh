@@ -10,7 +10,9 @@ mkdir -p $OUT/r
 timeout 420 python -m pytest -q -p no:cacheprovider -m gpu -n 12 --durations=10 > $OUT/r/gpu_tests_final.log 2>&1
 echo "tests rc=$? $(tail -n 1 $OUT/r/gpu_tests_final.log)"
 grep -E "^FAILED|^ERROR" $OUT/r/gpu_tests_final.log | head -20
-grep -E "test_input_layouts_gpu|second_gpu" $OUT/r/gpu_tests_final.log | head
+timeout 90 python -m pytest -q -p no:cacheprovider -m gpu -rA tests/layers/test_layers.py -k "input_layouts or second_gpu" \
+  > $OUT/r/gpu_tests_layouts.log 2>&1
+grep -E "^(PASSED|SKIPPED|FAILED)" $OUT/r/gpu_tests_layouts.log | head
 timeout 150 python -m quantkit bench layers --no-plot --no-peers --no-floor --rounds 3 --m 1,16 \
   --json $OUT/r/bench_m1_16.json > $OUT/r/bench_m1_16.log 2>&1
 echo "bench rc=$? $(tail -n 1 $OUT/r/bench_m1_16.log)"
