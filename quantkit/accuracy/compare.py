@@ -276,7 +276,8 @@ class _LayerHooks:
     def __enter__(self) -> "_LayerHooks":
         for name, module in self.original.items():
             if name in self.twins:
-                self._handles.append(module.register_forward_hook(self._original_hook(name)))
+                # with_kwargs: a layer called as fc(input=x) gets its input to the twin too
+                self._handles.append(module.register_forward_hook(self._original_hook(name), with_kwargs=True))
                 self._handles.append(self.twins[name].register_forward_hook(self._quantized_hook(name)))
         return self
 
@@ -288,14 +289,14 @@ class _LayerHooks:
     def _original_hook(self, name: str):
         twin = self.twins[name]
 
-        def hook(module, args, output):
+        def hook(module, args, kwargs, output):
             if not isinstance(output, torch.Tensor):
                 return
             stats = self.stats[name]
             y = output.detach()
             self._local = True
             try:
-                local = twin(*args).detach()
+                local = twin(*args, **kwargs).detach()
             finally:
                 self._local = False
             signal, noise = _sum_squares(local, y)

@@ -1283,6 +1283,8 @@ def _try_cublas(x_q, x_s, weight_q, weight_scale, bias, y) -> bool:
     try:
         torch._scaled_mm(x_q, weight_q.t(), x_s.t(), weight_scale.t(), bias=bias, out_dtype=y.dtype, out=y)
         return True
+    except torch.OutOfMemoryError:  # not a refusal of the problem: the caller's to handle, nothing remembered
+        raise
     except RuntimeError:
         _CUBLAS_REFUSED.add((x_q.shape[0], weight_q.shape[0], x_q.shape[1], y.dtype))
         return False

@@ -38,8 +38,8 @@ class Fp8BlockLinear(QuantizedLinear):
                 layer.bias = linear.bias.detach().clone()
         return layer
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.fp8_block_linear(x, self.weight, self.weight_scale, self.bias, self.block_size, self.scale_fmt,
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # nn.Linear's name: fc(input=x) works
+        return ops.fp8_block_linear(input, self.weight, self.weight_scale, self.bias, self.block_size, self.scale_fmt,
                                     layer=self)
 
     def kernel_args(self) -> tuple:

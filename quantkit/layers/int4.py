@@ -53,8 +53,8 @@ class Int4WeightOnlyLinear(QuantizedLinear):
                 layer.bias = linear.bias.detach().clone()
         return layer
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.int4_weight_only_linear(x, self.weight_packed, self.weight_scale, self.weight_zero_point,
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # nn.Linear's name: fc(input=x) works
+        return ops.int4_weight_only_linear(input, self.weight_packed, self.weight_scale, self.weight_zero_point,
                                            self.bias, self.group_size, self.in_features, layer=self)
 
     def kernel_args(self) -> tuple:

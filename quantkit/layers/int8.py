@@ -46,8 +46,8 @@ class Int8DynamicLinear(_Int8PerChannelLinear):
     format_name = "int8-dynamic"
     _family = "int8_dynamic"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.int8_dynamic_linear(x, self.weight, self.weight_scale, self.bias, layer=self)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # nn.Linear's name: fc(input=x) works
+        return ops.int8_dynamic_linear(input, self.weight, self.weight_scale, self.bias, layer=self)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + " (int8 weight per channel, int8 activation per token)"
@@ -59,8 +59,8 @@ class Int8WeightOnlyLinear(_Int8PerChannelLinear):
     format_name = "int8-weight-only"
     _family = "int8_weight_only"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.int8_weight_only_linear(x, self.weight, self.weight_scale, self.bias, layer=self)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # nn.Linear's name: fc(input=x) works
+        return ops.int8_weight_only_linear(input, self.weight, self.weight_scale, self.bias, layer=self)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + " (int8 weight per channel)"

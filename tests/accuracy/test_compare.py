@@ -319,6 +319,25 @@ def test_layer_called_twice_per_forward_pairs_each_call():
     assert layer.rel_error_in_model == pytest.approx(in_model.sqrt().item(), rel=1e-4)
 
 
+def test_a_layer_called_with_its_input_as_a_keyword():
+    class Keyword(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 32)
+
+        def forward(self, x):
+            return self.fc(input=x)
+
+    net = Keyword()
+    x = torch.randn(8, 64)
+    layer = compare(net, "int8-weight-only", inputs=x).results[0].layers[0]
+    q = quantkit.quantize_linear(net.fc, Int8WeightOnly()).dequantize().double()
+    w, b = net.fc.weight.detach().double(), net.fc.bias.detach().double()
+    y, yq = x.double() @ w.t() + b, x.double() @ q.t() + b
+    assert layer.calls == 1
+    assert layer.rel_error == pytest.approx(((yq - y).norm() / y.norm()).item(), rel=1e-4)
+
+
 def test_compare_leaves_the_model_as_it_was():
     net = nn.Sequential(nn.Linear(128, 128), nn.Dropout(0.1), nn.BatchNorm1d(128), nn.Linear(128, 16))
     net.train()

@@ -651,3 +651,30 @@ def test_swap_pdl_equals_plain_launch_and_replays_in_a_graph_gpu(split):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(y, want)
+
+
+def test_cublas_out_of_memory_is_raised_and_not_remembered_as_a_refusal(monkeypatch):
+    """cuBLAS refusing a problem is remembered (the Triton GEMM runs it from then on); running out of memory is
+    not a property of the problem: it reaches the caller, and the next call tries cuBLAS again."""
+    from quantkit.kernels import fp8_block as fb
+
+    x_q = torch.zeros(8, 256, dtype=torch.float8_e4m3fn)
+    w_q = torch.zeros(128, 256, dtype=torch.float8_e4m3fn)
+    x_s, w_s = torch.ones(8, 2), torch.ones(1, 2)
+    y = torch.empty(8, 128, dtype=torch.bfloat16)
+    monkeypatch.setattr(fb, "_CUBLAS_REFUSED", set())
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch, "_scaled_mm", oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        fb._try_cublas(x_q, x_s, w_q, w_s, None, y)
+    assert fb._CUBLAS_REFUSED == set()
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    assert fb._try_cublas(x_q, x_s, w_q, w_s, None, y) is False
+    assert fb._CUBLAS_REFUSED == {(8, 128, 256, torch.bfloat16)}

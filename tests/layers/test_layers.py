@@ -155,6 +155,17 @@ def test_dtype_casts_keep_quantized_buffers(recipe):
     assert rel_error(y16, y32) < (2e-3 if "weight-only" in recipe else 2e-2)
 
 
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_forward_takes_its_input_by_nn_linears_keyword(recipe):
+    """A model that calls fc(input=x), as nn.Linear's signature allows, works the same after quantize_."""
+    linear = make_linear(128, 64)
+    x = torch.randn(3, 128)
+    layer = quantized(linear, recipe)
+    assert torch.equal(layer(input=x), layer(x))
+    with pytest.raises(TypeError):
+        layer(x=x)  # not a name nn.Linear takes
+
+
 def test_extra_repr_names_the_format():
     reprs = {r: repr(quantized(make_linear(128, 64), r)) for r in ERROR_BOUNDS}
     assert "e4m3" in reprs["fp8-block"] and "128x128" in reprs["fp8-block"]
