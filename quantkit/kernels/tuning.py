@@ -41,6 +41,7 @@ import functools
 import json
 import logging
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -143,11 +144,32 @@ def tables_in_use() -> dict[str, dict]:
     return report
 
 
+def _load_user_cache(path: Path) -> dict[str, dict[str, dict]]:
+    """The user cache at ``path`` ({} where there is none); ValueError naming ``path`` where it is not JSON of
+    the shape {family: {"M,N,K": config}}."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{path} is not JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(entries, dict) for entries in data.values()):
+        raise ValueError(f"{path} is not a tuned-config cache: expected {{family: {{\"M,N,K\": config}}}}")
+    return data
+
+
 def _read_user_cache() -> dict[str, dict[str, dict]]:
+    """The user cache's entries by family; a file that cannot be read, or is not a cache (truncated, edited
+    by hand), reads as empty, with one warning naming it, rather than failing every layer's first call."""
     path = user_cache_path()
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return _load_user_cache(path)
+    except (OSError, ValueError) as exc:
+        if ("file", str(path)) not in _WARNED:
+            _WARNED.add(("file", str(path)))
+            warnings.warn(f"quantkit: ignoring the tuned configs of the user cache: {exc}", stacklevel=3)
         return {}
 
 
@@ -159,7 +181,8 @@ def _write_user_cache(family: str, key: str, config: dict) -> None:
     _write_json(path, data)  # atomic: a concurrent reader sees the old or the new file, never half
 
 
-_WARNED: set = set()  # (family, key) of the user-cache entries already warned about
+_WARNED: set = set()  # (family, key) of the user-cache entries already warned about, ("file", path) of the files
+_KEY = re.compile(r"[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*")  # a table's key: M bucket, N, K
 
 
 def _valid_entries(family: str, entries: dict[str, dict], module) -> dict[str, dict]:
@@ -167,12 +190,12 @@ def _valid_entries(family: str, entries: dict[str, dict], module) -> dict[str, d
     quantkit (or edited by hand) that this one cannot run is skipped with a warning naming it and the file,
     rather than failing every call that would have used it; so is a ``TILED`` decode config, which expects
     weights in a layout the layers do not keep."""
-    check = getattr(module, "check_config_entry", None)
-    if check is None:
-        return entries
+    check = getattr(module, "check_config_entry", lambda config: None)
     valid = {}
     for key, config in entries.items():
         try:
+            if not _KEY.fullmatch(key):
+                raise ValueError("the key is not M,N,K")
             if isinstance(config, dict) and config.get("TILED"):
                 # (it would run, on the wrong bytes: a silently wrong output rather than an error)
                 raise ValueError("a TILED decode config reads weights rearranged by wo_decode_sm90.tile_weight; "

@@ -1,5 +1,6 @@
 """Config lookup: exact tuned entry, else the nearest tuned M bucket of the same regime, else the default."""
 import json
+import warnings
 
 import pytest
 
@@ -465,3 +466,62 @@ def test_every_offered_default_and_shipped_config_passes_its_family_check(family
     configs += [c for table in tables.values() if isinstance(table, dict) for c in table.values()]
     for c in configs:
         mod.check_config_entry(c)
+
+
+# ----------------------------------------------------------------------------- the user cache file
+class _Fam:
+    """A kernel family for the user-cache tests: every config with a "kernel" key runs."""
+
+    @staticmethod
+    def default_config(m, n, k):
+        return {"kernel": "default"}
+
+    @staticmethod
+    def candidate_configs(m, n, k):
+        return [{"kernel": "a"}, {"kernel": "b"}]
+
+    @staticmethod
+    def check_config_entry(config):
+        if not isinstance(config, dict) or "kernel" not in config:
+            raise ValueError(f"not a config: {config!r}")
+
+
+def _user_cache(tmp_path, monkeypatch, gpu="Fake GPU"):
+    """An empty shipped directory, a GPU named ``gpu`` and the user cache under ``tmp_path / "cache"``."""
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    _shipped_dir(shipped, monkeypatch, gpu, {"capability": "9.0", "multiprocessors": 132}, {})
+    monkeypatch.setenv("QUANTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(tuning, "_WARNED", set())
+    monkeypatch.delenv("QUANTKIT_AUTOTUNE", raising=False)
+    return tuning.user_cache_path()
+
+
+@pytest.mark.parametrize("text", ['{"fam": {"1,64,64": {"kernel": "a"}', "[]", '{"fam": []}', '{"fam": "x"}',
+                                  '"just a string"'])
+def test_a_user_cache_that_is_not_a_cache_is_ignored_with_a_warning_naming_it(tmp_path, monkeypatch, text):
+    """A truncated file, or JSON of another shape, must not break the layers' forwards: it reads as empty, one
+    warning names the file, and the default runs."""
+    path = _user_cache(tmp_path, monkeypatch)
+    path.parent.mkdir()
+    path.write_text(text)
+    with pytest.warns(UserWarning, match=str(path)):
+        assert tuning.get_config("fam", 1, 64, 64, _Fam) == {"kernel": "default"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        assert tuning.get_config("fam", 16, 64, 64, _Fam) == {"kernel": "default"}
+
+
+def test_a_user_cache_entry_with_a_malformed_key_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    """A key that is not "M,N,K" (edited by hand, or another version's format) is skipped and named; the entries
+    beside it still serve, exactly and as the nearest M bucket."""
+    path = _user_cache(tmp_path, monkeypatch)
+    path.parent.mkdir()
+    path.write_text(json.dumps({"fam": {"abc": {"kernel": "x"}, "1,64": {"kernel": "y"}, "16,64,64,1": {"kernel": "z"},
+                                        "16,64,64": {"kernel": "mine"}}, "newer_family": {"v2:1": {}}}))
+    with pytest.warns(UserWarning) as record:
+        assert tuning.get_config("fam", 16, 64, 64, _Fam) == {"kernel": "mine"}
+    assert sorted(str(w.message) for w in record) == [
+        f"quantkit: ignoring the fam config for (M, N, K) = ({key}) in {path}: the key is not M,N,K"
+        for key in ("1,64", "16,64,64,1", "abc")]
+    assert tuning.get_config("fam", 8, 64, 64, _Fam) == {"kernel": "mine"}  # (nearest_tuned reads every key)
