@@ -37,6 +37,7 @@ list order reads the configs late in the list on a GPU warmed by the others.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import json
 import logging
@@ -174,11 +175,22 @@ def _read_user_cache() -> dict[str, dict[str, dict]]:
 
 
 def _write_user_cache(family: str, key: str, config: dict) -> None:
+    _write_user_entries({family: {key: config}})
+
+
+def _write_user_entries(entries: dict[str, dict[str, dict]]) -> None:
+    """Add ``entries`` {family: {key: config}} to the user cache in one write. A lock file beside it keeps two
+    processes that write at once (autotuning, installing) from replacing each other's entries. ValueError naming
+    the file where it is not a cache (it holds what the user tuned: left to mend, not replaced); OSError where
+    it cannot be written."""
     path = user_cache_path()
-    data = _read_user_cache()
-    data.setdefault(family, {})[key] = config
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_json(path, data)  # atomic: a concurrent reader sees the old or the new file, never half
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (released when the file closes)
+        data = _load_user_cache(path)
+        for family, configs in entries.items():
+            data.setdefault(family, {}).update(configs)
+        _write_json(path, data)  # atomic: a concurrent reader sees the old or the new file, never half
 
 
 _WARNED: set = set()  # (family, key) of the user-cache entries already warned about, ("file", path) of the files
@@ -223,8 +235,17 @@ def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dic
     config = user.get(key) or own.get(key)
     if config is None and bench is not None and os.environ.get("QUANTKIT_AUTOTUNE") == "1" \
             and not torch.cuda.is_current_stream_capturing():
-        config = autotune(module.candidate_configs(m, n, k), bench)  # asked for: this GPU's own timing
-        _write_user_cache(family, key, config)
+        try:
+            config = autotune(module.candidate_configs(m, n, k), bench)  # asked for: this GPU's own timing
+        except RuntimeError as exc:  # every candidate failed: what would run without autotuning runs
+            warnings.warn(f"quantkit: autotuning the {family} configs for (M, N, K) = ({key}): {exc}",
+                          stacklevel=2)
+        else:
+            try:
+                _write_user_cache(family, key, config)
+            except (OSError, ValueError) as exc:  # it runs all the same, in this process
+                warnings.warn(f"quantkit: the {family} config autotuned for (M, N, K) = ({key}) is not saved: {exc}",
+                              stacklevel=2)
     if config is None:
         config = borrowed.get(key)
     if config is None:
@@ -267,7 +288,8 @@ def autotune(candidates: list[dict], bench: Callable[[dict], float]) -> dict:
         if t < best_time:
             best, best_time = config, t
     if best is None:
-        raise RuntimeError("autotune: every candidate config failed")
+        raise RuntimeError(f"every candidate failed ({len(candidates)} configs; a time that is not a number "
+                           "counts as a failure)")
     return best
 
 

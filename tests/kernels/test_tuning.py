@@ -525,3 +525,80 @@ def test_a_user_cache_entry_with_a_malformed_key_is_skipped_with_a_warning(tmp_p
         f"quantkit: ignoring the fam config for (M, N, K) = ({key}) in {path}: the key is not M,N,K"
         for key in ("1,64", "16,64,64,1", "abc")]
     assert tuning.get_config("fam", 8, 64, 64, _Fam) == {"kernel": "mine"}  # (nearest_tuned reads every key)
+
+
+def _autotune_on(monkeypatch):
+    monkeypatch.setenv("QUANTKIT_AUTOTUNE", "1")
+    monkeypatch.setattr(tuning.torch.cuda, "is_current_stream_capturing", lambda: False)  # (no CUDA here)
+
+
+def test_autotuning_saves_its_pick_in_the_user_cache(tmp_path, monkeypatch):
+    path = _user_cache(tmp_path, monkeypatch)
+    _autotune_on(monkeypatch)
+    times = {"a": 2.0, "b": 1.0}
+    assert tuning.get_config("fam", 16, 64, 64, _Fam, bench=lambda c: times[c["kernel"]]) == {"kernel": "b"}
+    assert json.loads(path.read_text()) == {"fam": {"16,64,64": {"kernel": "b"}}}
+
+
+def test_autotuning_where_the_cache_cannot_be_written_still_runs_its_pick(tmp_path, monkeypatch):
+    """A read-only or impossible cache directory costs the saving, with a warning naming it, not the forward."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(tuning, "user_cache_path", lambda: tmp_path / "file" / "cache" / "tuned-gpu.json")
+    _user_cache(tmp_path, monkeypatch)
+    _autotune_on(monkeypatch)
+    with pytest.warns(UserWarning) as record:
+        assert tuning.get_config("fam", 16, 64, 64, _Fam, bench=lambda c: 1.0) == {"kernel": "a"}
+    assert any(str(w.message).startswith("quantkit: the fam config autotuned for (M, N, K) = (16,64,64) is not saved")
+               and str(tmp_path / "file") in str(w.message) for w in record)
+
+
+def test_autotuning_where_every_candidate_fails_runs_the_fallback_with_a_warning(tmp_path, monkeypatch):
+    """Candidates that fail to compile or launch are skipped; where none runs, the forward goes on with what it
+    would have run without autotuning (the nearest tuned entry, else the default), and a warning says so."""
+    path = _user_cache(tmp_path, monkeypatch)
+    _autotune_on(monkeypatch)
+
+    def bench(config):
+        raise RuntimeError("out of resource: shared memory")
+
+    with pytest.warns(UserWarning, match=r"autotuning the fam configs for \(M, N, K\) = \(16,64,64\): every candidate "
+                                         r"failed"):
+        assert tuning.get_config("fam", 16, 64, 64, _Fam, bench=bench) == {"kernel": "default"}
+    assert not path.exists()
+    times = {"a": float("nan"), "b": float("inf")}  # (timings that are not times count as failures)
+    with pytest.warns(UserWarning, match="every candidate failed"):
+        assert tuning.get_config("fam", 1, 64, 64, _Fam, bench=lambda c: times[c["kernel"]]) == {"kernel": "default"}
+
+
+def test_autotuning_does_not_replace_a_user_cache_it_cannot_read(tmp_path, monkeypatch):
+    """A cache file that is not JSON (a hand edit with a trailing comma) holds the user's sweep: autotuning must not
+    write a one-entry file over it. The pick runs, unsaved, and the warnings name the file."""
+    path = _user_cache(tmp_path, monkeypatch)
+    path.parent.mkdir()
+    text = '{"fam": {"1024,64,64": {"kernel": "swept"},}}'
+    path.write_text(text)
+    _autotune_on(monkeypatch)
+    with pytest.warns(UserWarning) as record:
+        assert tuning.get_config("fam", 16, 64, 64, _Fam, bench=lambda c: 1.0) == {"kernel": "a"}
+    assert path.read_text() == text
+    assert any("is not saved" in str(w.message) and str(path) in str(w.message) for w in record)
+
+
+def test_concurrent_writers_of_the_user_cache_keep_each_others_entries(tmp_path, monkeypatch):
+    """Two processes autotuning (or installing) at once each read the cache, add their entry and replace the file:
+    without a lock, one replaces the other's entries."""
+    import threading
+
+    path = _user_cache(tmp_path, monkeypatch)
+
+    def write(family):
+        for i in range(1, 61):
+            tuning._write_user_cache(family, f"{i},64,64", {"kernel": family})
+
+    threads = [threading.Thread(target=write, args=(family,)) for family in ("fam", "other")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    data = json.loads(path.read_text())
+    assert {family: len(entries) for family, entries in data.items()} == {"fam": 60, "other": 60}
