@@ -47,12 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from quantkit.kernels import tuning
 
     shapes = tuning.parse_shapes(args.shapes) if args.shapes else None  # (ValueError: the CLI prints it)
-    try:
-        ms = tuple(int(v) for v in args.m.split(",")) if args.m else tuning.BENCH_M
-    except ValueError:
-        ms = (0,)
-    if min(ms) < 1:
-        raise UserError(f"--m: expected M[,M...] with positive counts, e.g. 1,16,2048, got {args.m!r}")
+    ms = tuning.parse_ms(args.m) if args.m else tuning.BENCH_M  # (ValueError: the CLI prints it)
     if not torch.cuda.is_available():
         raise UserError("quantkit tune times kernels on a CUDA GPU, and none is visible")
     try:

@@ -543,12 +543,41 @@ def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     return shapes
 
 
+def parse_ms(text: str) -> tuple[int, ...]:
+    """``"1,16,2048"`` -> (1, 16, 2048); ValueError naming what was expected."""
+    try:
+        ms = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        ms = (0,)
+    if min(ms) < 1:
+        raise ValueError(f"--m: expected M[,M...] with positive counts, e.g. 1,16,2048, got {text!r}")
+    return ms
+
+
+def _read_sweep(path) -> dict[str, Any]:
+    """A sweep file's contents; ValueError naming ``path`` where it is not one (truncated, another format)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("gpu"), str) \
+                or not isinstance(data.get("families"), dict) \
+                or not all(isinstance(rows, dict) and all(isinstance(row, dict) and "config" in row
+                                                          for row in rows.values())
+                           for rows in data["families"].values()):
+            raise ValueError('expected {"gpu": name, "families": {family: {"M,N,K": {"config": ...}}}}')
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a sweep of quantkit.kernels.tuning ({exc})") from None
+    return data
+
+
 def resumed_families(out_path: Path) -> dict[str, Any]:
     """The per-family results an interrupted sweep left in ``out_path`` ({} without the file); ValueError
-    if it was swept on another GPU."""
+    if it was swept on another GPU, or is not a sweep."""
     if not out_path.is_file():
         return {}
-    earlier = json.loads(out_path.read_text())
+    try:
+        earlier = _read_sweep(out_path)
+    except ValueError as exc:
+        raise ValueError(f"--resume: {exc}") from None
     if earlier.get("gpu") != gpu_name():
         raise ValueError(f"--resume: {out_path} was swept on {earlier.get('gpu')!r}, this is {gpu_name()!r}")
     return earlier.get("families", {})
@@ -589,24 +618,27 @@ def install(sweep_files, shipped: bool = False, min_gain: float = 0.0) -> None:
     sibling's entry may have been chosen against it for host time (fp8-block's 4096² M = 1024 on the
     H100), so a GPU-time tie is no reason to replace it. The GPU's own entries are replaced by the
     sweep's best, as without siblings (so the H100's table never starts borrowing from the H200's)."""
+    entries: dict[str, dict[str, dict]] = {}  # for the user cache, written once every file is read
     for sweep_file in sweep_files:
-        data = json.loads(Path(sweep_file).read_text())
+        data = _read_sweep(sweep_file)
         gpu = data["gpu"]
-        if shipped:
-            device = data.get("device")
-            devices = _shipped_devices()
-            if device is None and gpu not in devices:
-                raise ValueError(f"{sweep_file}: the sweep does not record its GPU's capability and SM count "
-                                 f"(rerun it with this version), and {_DEVICES_FILE} does not know {gpu!r}")
-            if device is not None and devices.get(gpu) != device:
-                devices[gpu] = device
-                _write_json(_SHIPPED_DIR / _DEVICES_FILE, devices)
-            device = devices[gpu]
+        if not shipped:
+            if gpu != gpu_name():  # (another GPU's configs may not even compile here)
+                raise ValueError(f"{sweep_file} was swept on {gpu!r}, this is {gpu_name()!r}: the user cache holds "
+                                 "this GPU's configs")
+            for family, rows in data["families"].items():
+                entries.setdefault(family, {}).update((key, row["config"]) for key, row in rows.items())
+            continue
+        device = data.get("device")
+        devices = _shipped_devices()
+        if device is None and gpu not in devices:
+            raise ValueError(f"{sweep_file}: the sweep does not record its GPU's capability and SM count "
+                             f"(rerun it with this version), and {_DEVICES_FILE} does not know {gpu!r}")
+        if device is not None and devices.get(gpu) != device:
+            devices[gpu] = device
+            _write_json(_SHIPPED_DIR / _DEVICES_FILE, devices)
+        device = devices[gpu]
         for family, rows in data["families"].items():
-            if not shipped:
-                for key, row in rows.items():
-                    _write_user_cache(family, key, row["config"])
-                continue
             path = _SHIPPED_DIR / f"{family}.json"
             tables = json.loads(path.read_text()) if path.is_file() else {}
             borrowed: dict[str, dict] = {}
@@ -623,6 +655,8 @@ def install(sweep_files, shipped: bool = False, min_gain: float = 0.0) -> None:
             if not own:
                 del tables[gpu]
             _write_json(path, tables)
+    if entries:
+        _write_user_entries(entries)
 
 
 def main(argv=None) -> None:
@@ -656,12 +690,13 @@ def main(argv=None) -> None:
         return
     if not args.family or not args.out:
         parser.error("--family and --out are required for a sweep")
-    ms = [int(v) for v in args.m.split(",")] if args.m else BENCH_M
-    shapes = LLAMA_SHAPES
+    shapes, ms = LLAMA_SHAPES, BENCH_M
     if args.cells and (args.m or args.shapes):
         parser.error("--cells picks the problems itself: give it without --m and --shapes")
     out_path = Path(args.out)
     try:
+        if args.m:
+            ms = parse_ms(args.m)
         if args.shapes:
             shapes = parse_shapes(args.shapes)
         done = resumed_families(out_path) if args.resume else {}

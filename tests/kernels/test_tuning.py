@@ -602,3 +602,52 @@ def test_concurrent_writers_of_the_user_cache_keep_each_others_entries(tmp_path,
         t.join()
     data = json.loads(path.read_text())
     assert {family: len(entries) for family, entries in data.items()} == {"fam": 60, "other": 60}
+
+
+def test_install_puts_a_sweep_of_this_gpu_in_its_user_cache_in_one_write(tmp_path, monkeypatch):
+    path = _user_cache(tmp_path, monkeypatch, gpu="GPU A")
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"gpu": "GPU A", "families": {"fam": {"1,64,64": {"config": {"kernel": "a"}},
+                                                                      "16,64,64": {"config": {"kernel": "b"}}}}}))
+    writes = []
+    write_json = tuning._write_json
+    monkeypatch.setattr(tuning, "_write_json", lambda p, data: (writes.append(p), write_json(p, data)))
+    tuning.install([sweep])
+    assert json.loads(path.read_text()) == {"fam": {"1,64,64": {"kernel": "a"}, "16,64,64": {"kernel": "b"}}}
+    assert writes == [path]
+
+
+@pytest.mark.parametrize("sweep,message", [
+    ({"gpu": "GPU B", "families": {"fam": {"1,64,64": {"config": {"kernel": "a"}}}}},
+     "was swept on 'GPU B', this is 'GPU A'"),
+    ({"gpu": "GPU A", "families": {"fam": {"1,64,64": {"config": {"kernel": "a"}}, "16,64,64": {"ms": 1.0}}}},
+     "not a sweep"),
+    ("{truncated", "not a sweep"),
+])
+def test_install_refuses_a_sweep_of_another_gpu_or_a_malformed_one_and_writes_nothing(tmp_path, monkeypatch,
+                                                                                      sweep, message):
+    """The user cache is this GPU's: another GPU's configs (another capability: configs that do not compile here)
+    are refused, naming the file; so is a file that is not a sweep, before anything is written."""
+    path = _user_cache(tmp_path, monkeypatch, gpu="GPU A")
+    file = tmp_path / "sweep.json"
+    file.write_text(sweep if isinstance(sweep, str) else json.dumps(sweep))
+    with pytest.raises(ValueError, match=str(file)) as info:
+        tuning.install([file])
+    assert message in str(info.value)
+    assert not path.exists()
+
+
+def test_resume_names_a_sweep_file_it_cannot_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "gpu_name", lambda index=None: "GPU A")
+    out = tmp_path / "sweep.json"
+    for text in ("{trunc", "[]"):
+        out.write_text(text)
+        with pytest.raises(ValueError, match=f"--resume: {out}"):
+            tuning.resumed_families(out)
+
+
+@pytest.mark.parametrize("m", ["1,x", "0", "1,,16", "-4"])
+def test_sweep_cli_rejects_malformed_m(m, capsys):
+    with pytest.raises(SystemExit):
+        tuning.main(["--family", "int8_weight_only", "--out", "unused.json", "--m", m])
+    assert "--m: expected M[,M...] with positive counts" in capsys.readouterr().err
