@@ -41,6 +41,7 @@ import fcntl
 import functools
 import json
 import logging
+import math
 import os
 import re
 import warnings
@@ -384,7 +385,10 @@ def sweep(family: str, shapes=LLAMA_SHAPES, ms=BENCH_M, dtype=torch.bfloat16, ve
         dense_ms = gpu_time_ms(lambda x=x, w=dense_weight: torch.nn.functional.linear(x, w))
 
         def bench(config, x=x, buffers=buffers):
-            return gpu_time_ms(lambda: module.linear(x, *buffers, config=config))
+            ms = gpu_time_ms(lambda: module.linear(x, *buffers, config=config))
+            if not math.isfinite(ms):  # (nan would compare as fastest, or keep a finalist's place)
+                raise RuntimeError(f"timed {ms} ms")
+            return ms
 
         timings = []
         for config in module.candidate_configs(m, n, k):

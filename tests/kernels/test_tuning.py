@@ -651,3 +651,24 @@ def test_sweep_cli_rejects_malformed_m(m, capsys):
     with pytest.raises(SystemExit):
         tuning.main(["--family", "int8_weight_only", "--out", "unused.json", "--m", m])
     assert "--m: expected M[,M...] with positive counts" in capsys.readouterr().err
+
+
+def test_the_sweep_counts_a_time_that_is_not_a_number_as_a_failure(monkeypatch):
+    """A candidate timed nan or inf (a timer that read nothing) must neither be picked nor crowd out the finalists:
+    it is skipped like one that raised."""
+    import sys
+    import types
+
+    times = {"nan": float("nan"), "inf": float("inf"), "slow": 2.0, "fast": 1.0}
+    fam = types.SimpleNamespace(
+        make_bench_inputs=lambda n, k, dtype: (),
+        candidate_configs=lambda m, n, k: [{"kernel": name} for name in times],
+        default_config=lambda m, n, k: {"kernel": "slow"},
+        linear=lambda x, config: times[config["kernel"]])
+    monkeypatch.setitem(sys.modules, "quantkit.kernels.fakefam", fam)
+    randn = tuning.torch.randn
+    monkeypatch.setattr(tuning.torch, "randn", lambda *shape, device=None, dtype=None: randn(*shape, dtype=dtype))
+    monkeypatch.setattr(tuning, "gpu_time_ms", lambda fn: t if isinstance(t := fn(), float) else 0.5)  # (F.linear)
+    row = tuning.sweep("fakefam", shapes=((64, 64),), ms=(16,), verbose=False, eager_tie=None)["16,64,64"]
+    assert row["config"] == {"kernel": "fast"} and row["ms"] == 1.0
+    assert sorted(t["config"]["kernel"] for t in row["timings"]) == ["fast", "slow"]
