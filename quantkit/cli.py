@@ -74,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("quantkit: interrupted", file=sys.stderr)
         return 130
-    except (UserError, ValueError, FileNotFoundError, FileExistsError) as exc:
+    # errors in what was asked for, paths included (a file where a directory is meant, no permission): one line
+    except (UserError, ValueError, FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+            NotADirectoryError) as exc:
         if os.environ.get("QUANTKIT_DEBUG") == "1":
             raise
         print(f"quantkit {args.command}: error: {exc}", file=sys.stderr)

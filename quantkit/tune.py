@@ -11,6 +11,7 @@ later run on this GPU reads first.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from pathlib import Path
 
@@ -48,6 +49,19 @@ def run(args: argparse.Namespace) -> int:
 
     shapes = tuning.parse_shapes(args.shapes) if args.shapes else None  # (ValueError: the CLI prints it)
     ms = tuning.parse_ms(args.m) if args.m else tuning.BENCH_M  # (ValueError: the CLI prints it)
+    # where the results go, checked before minutes of sweeping rather than after
+    if args.out is not None:
+        _check_writable_file(args.out, "--out")
+    if not args.no_install:
+        cache_dir = tuning.user_cache_dir()
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"the user cache directory {cache_dir} cannot be made ({exc.strerror}); set "
+                            f"QUANTKIT_CACHE_DIR, or pass --no-install") from None
+        if not os.access(cache_dir, os.W_OK):
+            raise UserError(f"the user cache directory {cache_dir} is not writable; set QUANTKIT_CACHE_DIR, or pass "
+                            f"--no-install")
     if not torch.cuda.is_available():
         raise UserError("quantkit tune times kernels on a CUDA GPU, and none is visible")
     try:
@@ -56,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"quantkit tune needs Triton, which does not import here ({exc})") from exc
 
     out = args.out or Path(f"tune-{tuning.gpu_file_name()}.json")
+    _check_writable_file(out, "--out")
     families = [name.replace("-", "_") for name in names]
     done = tuning.resumed_families(out) if args.resume else {}
     # what ran before on the problems swept: the shipped entries (own or borrowed), else the defaults
@@ -69,6 +84,18 @@ def run(args: argparse.Namespace) -> int:
         tuning.install([out])
         print(f"installed in {tuning.user_cache_path()}: later runs on this GPU use these configs first")
     return 0
+
+
+def _check_writable_file(path: Path, option: str) -> None:
+    from quantkit.cli import UserError
+
+    if path.is_dir():
+        raise UserError(f"{option}: {path} is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UserError(f"{option}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{option}: directory {parent} is not writable")
 
 
 def _summary(name: str, family: str, rows: dict, shipped: dict) -> str:

@@ -19,6 +19,20 @@ def test_bad_arguments_are_named(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_unwritable_outputs_are_named_before_any_sweep(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a_dir").mkdir()
+    args = ["tune", "--shapes", "256x256", "--m", "1"]
+    assert main([*args, "--out", str(tmp_path / "a_dir")]) == 2
+    assert "--out: " in (err := capsys.readouterr().err) and "a_dir is a directory" in err
+    assert main([*args, "--out", str(tmp_path / "missing" / "s.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("QUANTKIT_CACHE_DIR", str(tmp_path / "a_file" / "cache"))  # under a file: cannot be made
+    assert main([*args, "--out", str(tmp_path / "s.json")]) == 2
+    assert "user cache directory" in (err := capsys.readouterr().err) and "--no-install" in err
+    assert not (tmp_path / "s.json").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_without_a_gpu_it_says_so(capsys):
     assert main(["tune"]) == 2
@@ -55,3 +69,15 @@ def test_the_summary_compares_each_pick_with_what_ran_before_on_the_times_it_was
     text = tune._summary("int8-weight-only", "int8_weight_only", rows, {"1,4096,4096": {"kernel": "kept"}})
     assert text == ("int8-weight-only: 2 problems; 1 now run another config than before "
                     "(by the sweep's GPU times +10.0 % median, +10.0 % at most)")
+
+
+def test_a_path_error_is_one_line_with_exit_2(monkeypatch, capsys):
+    import quantkit.tune
+
+    def denied(args):
+        raise PermissionError(13, "Permission denied", "/somewhere/tuned.json")
+
+    monkeypatch.setattr(quantkit.tune, "run", denied)
+    assert main(["tune"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "quantkit tune: error: [Errno 13] Permission denied: '/somewhere/tuned.json'"

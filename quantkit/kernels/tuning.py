@@ -75,9 +75,12 @@ def gpu_file_name() -> str:
     return "".join(c if c.isalnum() else "_" for c in gpu_name())
 
 
+def user_cache_dir() -> Path:
+    return Path(os.environ.get("QUANTKIT_CACHE_DIR", Path.home() / ".cache" / "quantkit"))
+
+
 def user_cache_path() -> Path:
-    root = Path(os.environ.get("QUANTKIT_CACHE_DIR", Path.home() / ".cache" / "quantkit"))
-    return root / f"tuned-{gpu_file_name()}.json"
+    return user_cache_dir() / f"tuned-{gpu_file_name()}.json"
 
 
 @functools.lru_cache(maxsize=None)
