@@ -76,7 +76,10 @@ def gpu_file_name() -> str:
 
 
 def user_cache_dir() -> Path:
-    return Path(os.environ.get("QUANTKIT_CACHE_DIR", Path.home() / ".cache" / "quantkit"))
+    """``$QUANTKIT_CACHE_DIR`` (``~`` expanded; unset or empty: ``~/.cache/quantkit``), as an absolute path so that
+    messages name it in full."""
+    root = os.environ.get("QUANTKIT_CACHE_DIR") or str(Path.home() / ".cache" / "quantkit")
+    return Path(root).expanduser().absolute()
 
 
 def user_cache_path() -> Path:

@@ -672,3 +672,17 @@ def test_the_sweep_counts_a_time_that_is_not_a_number_as_a_failure(monkeypatch):
     row = tuning.sweep("fakefam", shapes=((64, 64),), ms=(16,), verbose=False, eager_tie=None)["16,64,64"]
     assert row["config"] == {"kernel": "fast"} and row["ms"] == 1.0
     assert sorted(t["config"]["kernel"] for t in row["timings"]) == ["fast", "slow"]
+
+
+def test_the_user_cache_directory_expands_home_and_ignores_an_empty_setting(monkeypatch, tmp_path):
+    from pathlib import Path
+
+    from quantkit.kernels import tuning
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("QUANTKIT_CACHE_DIR", "~/tuned")
+    assert tuning.user_cache_dir() == tmp_path / "tuned"
+    monkeypatch.setenv("QUANTKIT_CACHE_DIR", "")  # empty: the default, not the current directory
+    assert tuning.user_cache_dir() == Path.home() / ".cache" / "quantkit"
+    monkeypatch.setenv("QUANTKIT_CACHE_DIR", "rel")
+    assert tuning.user_cache_dir() == Path.cwd() / "rel"
