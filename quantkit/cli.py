@@ -26,6 +26,18 @@ class UserError(Exception):
     """An error in what the user asked for; the CLI prints its message alone and exits with 2."""
 
 
+def check_output_file(path, option: str) -> None:
+    """A UserError naming ``option`` where the file ``path`` cannot be written: it is a directory, or its
+    directory does not exist. Checked before the work whose result it holds."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option}: {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise UserError(f"{option}: directory {path.parent} does not exist")
+
+
 def check_device(value: str | None):
     """The ``torch.device`` a ``--device`` option names (None: cuda when available, else cpu), or a
     UserError for a name torch does not know or a GPU this machine does not have."""

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     ms = tuning.parse_ms(args.m) if args.m else tuning.BENCH_M  # (ValueError: the CLI prints it)
     # where the results go, checked before minutes of sweeping rather than after
     if args.out is not None:
-        _check_writable_file(args.out, "--out")
+        _check_out(args.out)
     if not args.no_install:
         cache_dir = tuning.user_cache_dir()
         try:
@@ -69,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UserError(f"quantkit tune needs Triton, which does not import here ({exc})") from exc
 
-    out = args.out or Path(f"tune-{tuning.gpu_file_name()}.json")
-    _check_writable_file(out, "--out")
+    out = args.out
+    if out is None:  # the default, named after the GPU: checked once the GPU is known
+        out = Path(f"tune-{tuning.gpu_file_name()}.json")
+        _check_out(out)
     families = [name.replace("-", "_") for name in names]
     done = tuning.resumed_families(out) if args.resume else {}
     # what ran before on the problems swept: the shipped entries (own or borrowed), else the defaults
@@ -86,16 +88,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_writable_file(path: Path, option: str) -> None:
-    from quantkit.cli import UserError
+def _check_out(path: Path) -> None:
+    from quantkit.cli import UserError, check_output_file
 
-    if path.is_dir():
-        raise UserError(f"{option}: {path} is a directory; give a file name")
-    parent = path.parent
-    if not parent.is_dir():
-        raise UserError(f"{option}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"{option}: directory {parent} is not writable")
+    check_output_file(path, "--out")
+    if not os.access(path.parent, os.W_OK):
+        raise UserError(f"--out: directory {path.parent} is not writable")
 
 
 def _summary(name: str, family: str, rows: dict, shipped: dict) -> str:

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 HELP = "compare recipes on a model: per-layer SQNR/relative error, output cosine, perplexity (table/JSON/CSV/PNG)"
 
@@ -37,19 +36,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _check_output(path: str | None, what: str) -> None:
-    if path and path != "-" and not Path(path).parent.exists():
-        raise FileNotFoundError(f"--{what}: directory {Path(path).parent} does not exist")
-    if path and Path(path).is_dir():
-        raise ValueError(f"--{what}: {path} is a directory; give a file name")
-
-
 def run(args) -> int:
     import torch
 
     from quantkit import atomic
     from quantkit.accuracy.compare import compare
-    from quantkit.cli import check_device
+    from quantkit.cli import check_device, check_output_file
     from quantkit.recipes import recipe_names
 
     if args.device is not None:
@@ -59,7 +51,8 @@ def run(args) -> int:
     if args.max_length is not None and args.max_length < 2:
         raise ValueError(f"--max-length must be at least 2, got {args.max_length}")
     for path, what in ((args.json, "json"), (args.csv, "csv"), (args.plot, "plot")):
-        _check_output(path, what)
+        if path and path != "-":
+            check_output_file(path, f"--{what}")
     if args.plot and not args.plot.lower().endswith(".png"):
         raise ValueError(f"--plot writes a PNG: give a file name ending in .png, got {args.plot}")
     if args.plot:
