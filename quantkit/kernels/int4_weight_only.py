@@ -981,6 +981,11 @@ def dequantize(packed, scale, zero, group_size: int, dtype: torch.dtype, config:
     return out
 
 
+def dequantize_weight(packed, scale, zero, group_size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The reference's ``dequantize_weight_int4`` on the GPU (the layers' input gradient multiplies by it)."""
+    return dequantize(packed.contiguous(), scale.contiguous(), zero.contiguous(), group_size, dtype)
+
+
 def _run_dequant_mm(x, packed, scale, zero, bias, group_size, config) -> torch.Tensor:
     w = dequantize(packed, scale, zero, group_size, x.dtype, config)
     if bias is not None and bias.dtype != x.dtype:

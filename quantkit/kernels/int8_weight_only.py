@@ -135,6 +135,20 @@ def _int8_to(w, DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, stride_wn, stride_on, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr):
+    """out[n, k] = float32(q[n, k]) * scale[n], rounded once to out's dtype (as the reference)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask = (rows[:, None] < N) & (cols[None, :] < K)
+    q = tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_wn + cols[None, :], mask=mask, other=0)
+    s = tl.load(s_ptr + rows, mask=rows < N, other=0.0).to(tl.float32)
+    w = _int8_to_f32(q) * s[:, None]
+    tl.store(out_ptr + rows[:, None].to(tl.int64) * stride_on + cols[None, :], w.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
 def _epilogue(acc, scale_ptr, bias_ptr, out_ptr, rows_w, offs_n, offs_m, M, N, HAS_BIAS: tl.constexpr):
     """acc[BLOCK_N, BLOCK_M] (transposed output tile) -> out[m, n] = acc * scale[n] + bias[n]."""
     y = acc * tl.load(scale_ptr + rows_w).to(tl.float32)[:, None]
@@ -666,6 +680,25 @@ def _bench(x, weight_q, weight_scale, bias, config: dict) -> float:
     fn = lambda: linear(x, weight_q, weight_scale, bias, config=config)  # noqa: E731
     fn()
     return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+
+def dequantize_weight(weight_q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The reference's ``dequantize_weight_int8`` in one pass: int8 [N, K] and scale [N] (or [N, 1]) ->
+    [N, K] in ``dtype`` (the layers' input gradient multiplies by it)."""
+    if weight_q.dim() != 2 or weight_q.dtype != torch.int8:
+        raise ValueError(f"weight_q must be a 2-D int8 tensor, got {weight_q.dtype} {tuple(weight_q.shape)}")
+    n, k = weight_q.shape
+    scale = scale.reshape(-1)
+    if scale.numel() != n or scale.dtype not in _SCALE_DTYPES:
+        raise ValueError(f"weight_scale must hold {n} float values, got {scale.dtype} {tuple(scale.shape)}")
+    if dtype not in _X_DTYPES:
+        raise TypeError(f"dtype must be bf16/fp16/fp32, got {dtype}")
+    weight_q, scale = weight_q.contiguous(), scale.contiguous()
+    out = torch.empty((n, k), dtype=dtype, device=weight_q.device)
+    if n and k:
+        _dequant_kernel[(ceil_div(n, 32), ceil_div(k, 256))](weight_q, scale, out, n, k, weight_q.stride(0),
+                                                            out.stride(0), BLOCK_N=32, BLOCK_K=256, num_warps=4)
+    return out
 
 
 def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,

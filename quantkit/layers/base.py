@@ -8,7 +8,11 @@ from torch import nn
 
 
 class QuantizedLinear(nn.Module):
-    """Base class of the quantized replacements for ``nn.Linear`` (inference only).
+    """Base class of the quantized replacements for ``nn.Linear``.
+
+    The weight is frozen: a backward gives the input its gradient through the dequantized weight (and a
+    ``bias`` that requires grad its own), so modules around the quantized ones can be trained; see
+    :mod:`quantkit.ops.linear`.
 
     State lives in named buffers only (``weight``/``weight_packed``, ``weight_scale``, ...,
     ``bias``), so ``state_dict()``, ``load_state_dict(assign=True)`` and ``.to(device)`` work as for

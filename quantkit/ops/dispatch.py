@@ -152,6 +152,8 @@ _REFERENCE_NAMES = {
     ("int8_dynamic", "gemm"): "int8_scaled_gemm",
     ("int8_weight_only", "linear"): "int8_weight_only_linear",
     ("int8_weight_only", "quantize_weight"): "quantize_weight_int8_per_channel",
+    ("int8_weight_only", "dequantize_weight"): "dequantize_weight_int8",
     ("int4_weight_only", "linear"): "int4_weight_only_linear",
     ("int4_weight_only", "quantize_weight"): "quantize_weight_int4",
+    ("int4_weight_only", "dequantize_weight"): "dequantize_weight_int4",
 }

@@ -4,11 +4,17 @@ Each op takes the activation ``x`` of any leading shape [..., K] and the layer's
 ``x`` to [M, K], calls the implementation that :mod:`quantkit.ops.dispatch` picks for the device
 (Triton kernel or reference) and restores the leading shape. Every op has a fake (meta)
 implementation, so quantized models trace under ``torch.compile(fullgraph=True)``, and an autograd
-rule that raises: quantized layers are inference-only.
+rule for the input: the weight is frozen (its codes and scales are buffers, with no gradient), and
+``x`` gets ``grad_y @ W``, ``W`` the weight the layer multiplies by (``layer.dequantize()``). That is
+exact for the weight-only formats, and the straight-through estimator for the two that quantize the
+activation too (fp8-block, int8-dynamic), as in QLoRA-style training of adapters on a quantized base.
+A ``bias`` that requires grad gets the sum of ``grad_y``. The input gradient is its own custom op
+(``*_grad_input``): the weight dequantized by the family's Triton kernel on a GPU that has one, the
+reference elsewhere, then one matmul in the gradient's dtype.
 
 The plain-Python entry points (``fp8_block_linear`` ...) skip the dispatcher in eager mode when no
 gradient is being recorded — the op's own overhead is then not paid on every decode step — and go
-through ``torch.ops.quantkit.*`` when compiling or when ``x`` requires grad.
+through ``torch.ops.quantkit.*`` when compiling or when ``x`` (or a bias) requires grad.
 """
 from __future__ import annotations
 
@@ -49,23 +55,49 @@ def _run_2d(impl: Callable, x: Tensor, out_features: int, *args) -> Tensor:
     return y.reshape(*x.shape[:-1], out_features)
 
 
-def _raise_no_backward(layer: str) -> Callable:
-    def backward(ctx, grad):
-        raise RuntimeError(
-            f"{layer} is inference-only: quantized layers have no backward. Run the model under "
-            f"torch.no_grad() / torch.inference_mode(), or keep the modules you train in high precision "
-            f"(quantize_(..., ignore=[...]))."
-        )
+def _register(op, grad_input, weight_args: tuple[int, ...], bias_index: int) -> None:
+    """The autograd rule of ``op``: ``x`` (input 0) gets ``grad_input(grad_2d, *(inputs[i] for i in
+    weight_args))``, and a bias (input ``bias_index``) that requires grad the output gradient summed
+    over rows. The weight's buffers get none."""
 
     def setup_context(ctx, inputs, output):
-        pass
+        x, bias = inputs[0], inputs[bias_index]
+        ctx.x_shape = x.shape
+        ctx.bias_dtype = bias.dtype if bias is not None and bias.requires_grad else None
+        ctx.input_count = len(inputs)
+        weight = [inputs[i] for i in weight_args]
+        ctx.save_for_backward(*(t for t in weight if isinstance(t, Tensor)))
+        ctx.weight_args = [None if isinstance(t, Tensor) else t for t in weight]  # None: a saved tensor
 
-    return backward, setup_context
+    def backward(ctx, grad):
+        saved = iter(ctx.saved_tensors)
+        args = [next(saved) if a is None else a for a in ctx.weight_args]
+        n = grad.shape[-1]
+        grads = [None] * ctx.input_count
+        if ctx.needs_input_grad[0]:
+            g2 = grad.reshape(-1, n)
+            grads[0] = grad_input(g2, *args).reshape(ctx.x_shape)
+        if ctx.bias_dtype is not None:
+            grads[bias_index] = grad.reshape(-1, n).sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+        return tuple(grads)
 
-
-def _register(op, layer: str) -> None:
-    backward, setup_context = _raise_no_backward(layer)
     op.register_autograd(backward, setup_context=setup_context)
+
+
+def _dequantized(family: str, dtype: torch.dtype, *weight) -> Tensor:
+    """The layer's weight [N, K] in ``dtype``: the family's Triton dequantizer on a GPU, else the reference."""
+    return resolve(family, "dequantize_weight", weight[0].device)(*weight, dtype=dtype)
+
+
+def _no_double_backward(layer: str) -> Callable:
+    def backward(ctx, grad):
+        raise RuntimeError(f"{layer}: second-order gradients through a quantized layer are not supported")
+
+    return backward
+
+
+def _register_grad_input(op, layer: str) -> None:
+    op.register_autograd(_no_double_backward(layer), setup_context=lambda ctx, inputs, output: None)
 
 
 # --------------------------------------------------------------------------- fp8 block
@@ -81,14 +113,25 @@ def _(x, weight, weight_scale, bias, block_size, scale_fmt):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
-_register(_fp8_block_linear_op, "Fp8BlockLinear")
+@torch.library.custom_op("quantkit::fp8_block_linear_grad_input", mutates_args=())
+def _fp8_block_grad_input_op(grad: Tensor, weight: Tensor, weight_scale: Tensor, block_size: int) -> Tensor:
+    return grad @ _dequantized("fp8_block", grad.dtype, weight, weight_scale, block_size)
+
+
+@_fp8_block_grad_input_op.register_fake
+def _(grad, weight, weight_scale, block_size):
+    return grad.new_empty(grad.shape[0], weight.shape[1])
+
+
+_register_grad_input(_fp8_block_grad_input_op, "Fp8BlockLinear")
+_register(_fp8_block_linear_op, _fp8_block_grad_input_op, weight_args=(1, 2, 4), bias_index=3)
 
 
 def fp8_block_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                      block_size: int = 128, scale_fmt: Optional[str] = None,
                      layer="Fp8BlockLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
-    if _use_op(x):
+    if _use_op(x, bias):
         return _fp8_block_linear_op(x, weight, weight_scale, bias, block_size, scale_fmt or "")
     impl = resolve("fp8_block", "linear", x.device)
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias, block_size, scale_fmt)
@@ -106,13 +149,25 @@ def _(x, weight, weight_scale, bias):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
-_register(_int8_dynamic_linear_op, "Int8DynamicLinear")
+@torch.library.custom_op("quantkit::int8_linear_grad_input", mutates_args=())
+def _int8_grad_input_op(grad: Tensor, weight: Tensor, weight_scale: Tensor) -> Tensor:
+    """Both int8 formats (the same weight: int8 codes, a scale per output channel)."""
+    return grad @ _dequantized("int8_weight_only", grad.dtype, weight, weight_scale)
+
+
+@_int8_grad_input_op.register_fake
+def _(grad, weight, weight_scale):
+    return grad.new_empty(grad.shape[0], weight.shape[1])
+
+
+_register_grad_input(_int8_grad_input_op, "Int8DynamicLinear / Int8WeightOnlyLinear")
+_register(_int8_dynamic_linear_op, _int8_grad_input_op, weight_args=(1, 2), bias_index=3)
 
 
 def int8_dynamic_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                         layer="Int8DynamicLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
-    if _use_op(x):
+    if _use_op(x, bias):
         return _int8_dynamic_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_dynamic", "linear", x.device)
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
@@ -130,13 +185,13 @@ def _(x, weight, weight_scale, bias):
     return x.new_empty(*x.shape[:-1], weight.shape[0])
 
 
-_register(_int8_weight_only_linear_op, "Int8WeightOnlyLinear")
+_register(_int8_weight_only_linear_op, _int8_grad_input_op, weight_args=(1, 2), bias_index=3)
 
 
 def int8_weight_only_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                             layer="Int8WeightOnlyLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
-    if _use_op(x):
+    if _use_op(x, bias):
         return _int8_weight_only_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_weight_only", "linear", x.device)
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
@@ -155,21 +210,35 @@ def _(x, weight_packed, weight_scale, weight_zero_point, bias, group_size):
     return x.new_empty(*x.shape[:-1], weight_scale.shape[0])
 
 
-_register(_int4_weight_only_linear_op, "Int4WeightOnlyLinear")
+@torch.library.custom_op("quantkit::int4_weight_only_linear_grad_input", mutates_args=())
+def _int4_grad_input_op(grad: Tensor, weight_packed: Tensor, weight_scale: Tensor, weight_zero_point: Tensor,
+                        group_size: int) -> Tensor:
+    return grad @ _dequantized("int4_weight_only", grad.dtype, weight_packed, weight_scale, weight_zero_point,
+                               group_size)
+
+
+@_int4_grad_input_op.register_fake
+def _(grad, weight_packed, weight_scale, weight_zero_point, group_size):
+    return grad.new_empty(grad.shape[0], weight_packed.shape[1] * 2)
+
+
+_register_grad_input(_int4_grad_input_op, "Int4WeightOnlyLinear")
+_register(_int4_weight_only_linear_op, _int4_grad_input_op, weight_args=(1, 2, 3, 5), bias_index=4)
 
 
 def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tensor, weight_zero_point: Tensor,
                             bias: Optional[Tensor], group_size: int, in_features: int,
                             layer="Int4WeightOnlyLinear") -> Tensor:
     _check_input(x, weight_packed, in_features, layer)
-    if _use_op(x):
+    if _use_op(x, bias):
         return _int4_weight_only_linear_op(x, weight_packed, weight_scale, weight_zero_point, bias, group_size)
     impl = resolve("int4_weight_only", "linear", x.device)
     return _run_2d(impl, x, weight_scale.shape[0], weight_packed, weight_scale, weight_zero_point, bias,
                    group_size)
 
 
-def _use_op(x: Tensor) -> bool:
-    """Go through the dispatcher only where it matters: compiling, meta tensors, or autograd recording."""
+def _use_op(x: Tensor, bias: Optional[Tensor]) -> bool:
+    """Go through the dispatcher only where it matters: compiling, meta tensors, or autograd recording
+    (for ``x``, or for a bias that requires grad: the kernels' outputs carry no autograd history)."""
     return (torch.compiler.is_compiling() or x.is_meta
-            or (x.requires_grad and torch.is_grad_enabled()))
+            or ((x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled()))

@@ -724,3 +724,22 @@ def test_gpu_split_k_under_cuda_graph():
     static_x.copy_(torch.randn_like(static_x))
     graph.replay()
     torch.testing.assert_close(static_y, k.linear(static_x, weight_q, weight_scale, config=cfg), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sdtype", (torch.float32, torch.bfloat16))
+def test_dequantize_weight_exact(kernel_device, dtype, sdtype):
+    """The weight the input gradient multiplies by: q · s rounded once to ``dtype``, as the reference;
+    edge tiles along both N (70 rows, 32-row tiles) and K (300 columns, 256-column tiles)."""
+    from quantkit.reference.int8 import dequantize_weight_int8
+
+    k = _module()
+    q = torch.randint(-128, 128, (70, 300), dtype=torch.int8, device=kernel_device)
+    s = (torch.rand(70, device=kernel_device) * 1e-3 + 1e-6).to(sdtype)
+    got = k.dequantize_weight(q, s, dtype)
+    want = dequantize_weight_int8(q, s, dtype)
+    assert got.dtype == dtype and got.shape == (70, 300)
+    _assert_same_as_reference(got, want, dequantize_weight_int8(q, s, torch.float32), f"dequantize {dtype}")
+    assert torch.equal(k.dequantize_weight(q, s[:, None], dtype), got)  # [N, 1] scales, as checkpoints have
+    with pytest.raises(ValueError, match="weight_scale must hold 70"):
+        k.dequantize_weight(q, s[:69], dtype)

@@ -1,4 +1,4 @@
-"""The four quantized layers: numerics against float64, shapes, dtypes, moves, compile, no backward."""
+"""The four quantized layers: numerics against float64, shapes, dtypes, moves, compile, input gradients."""
 import copy
 
 import pytest
@@ -123,13 +123,87 @@ def test_bad_inputs_name_the_module(recipe):
         model(torch.ones(3, 128, dtype=torch.float64))
 
 
+def _input_gradient_check(layer, dtype, lead, device="cpu", with_bias=False):
+    """Backward through ``layer``: x.grad against float64 grad_y @ W (W = layer.dequantize()), no worse
+    than the same product by a plain F.linear holding W in ``dtype`` (a float model's own backward)."""
+    w64 = layer.dequantize(torch.float64)
+    x = torch.randn(*lead, layer.in_features, dtype=dtype, device=device, requires_grad=True)
+    if with_bias:
+        layer.bias.requires_grad_()
+    y = layer(x)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    want = grad.double() @ w64
+    plain = x.detach().clone().requires_grad_()
+    F.linear(plain, w64.to(dtype)).backward(grad)
+    assert x.grad.dtype == dtype and x.grad.shape == x.shape
+    err, floor = rel_error(x.grad, want), rel_error(plain.grad, want)
+    assert err <= 1.5 * floor + 1e-7, f"input gradient rel. error {err:.3g}, a plain linear's {floor:.3g}"
+    if with_bias:
+        summed = grad.double().sum(tuple(range(len(lead))))
+        assert layer.bias.grad.dtype == layer.bias.dtype and rel_error(layer.bias.grad, summed) < 4e-3
+    assert all(b.grad is None and not b.requires_grad for b in layer.buffers() if b is not layer.bias or not with_bias)
+
+
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
-def test_backward_is_a_clear_error(recipe):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_input_gradient_through_the_frozen_weight(recipe, dtype):
+    """x gets grad_y @ W: exact for the weight-only formats, the straight-through estimator for those
+    that quantize the activation too. N = 200 and M = 6 are no tile's multiples."""
+    layer = quantized(make_linear(256, 200, dtype=dtype), recipe)
+    _input_gradient_check(layer, dtype, (2, 3), with_bias=True)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_a_bias_that_requires_grad_gets_the_summed_gradient(recipe):
+    layer = quantized(make_linear(128, 64, dtype=torch.bfloat16), recipe)
+    layer.bias.requires_grad_()
+    x = torch.randn(4, 5, 128, dtype=torch.bfloat16)  # x itself needs no gradient
+    y = layer(x)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    assert layer.bias.grad.dtype == torch.bfloat16
+    assert torch.equal(layer.bias.grad, grad.float().sum((0, 1)).to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_an_adapter_trains_through_a_quantized_model(recipe):
+    """QLoRA's use: a float module in front of quantized ones gets the gradients it would get in a float
+    model holding the dequantized weights (the quantized layers' outputs enter the loss linearly)."""
+    model = nn.Sequential(make_linear(64, 256), make_linear(256, 384), make_linear(384, 96))
+    quantkit.quantize_(model, recipe, ignore=["0"])
+    dense = nn.Sequential(copy.deepcopy(model[0]), nn.Linear(256, 384), nn.Linear(384, 96))
+    for i in (1, 2):
+        dense[i].weight.data, dense[i].bias.data = model[i].dequantize(), model[i].bias.clone()
+    x, c = torch.randn(8, 64), torch.randn(8, 96)
+    (model(x) * c).sum().backward()
+    (dense(x) * c).sum().backward()
+    for name in ("weight", "bias"):
+        got, want = getattr(model[0], name).grad, getattr(dense[0], name).grad
+        assert rel_error(got, want) < 1e-5, name
+    assert all(b.grad is None for b in model[1].buffers())
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_second_order_gradients_are_a_clear_error(recipe):
     layer = quantized(make_linear(128, 64), recipe)
     x = torch.randn(3, 128, requires_grad=True)
-    y = layer(x)  # the forward still works with autograd on
-    with pytest.raises(RuntimeError, match="inference-only"):
-        y.sum().backward()
+    (gx,) = torch.autograd.grad(layer(x).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="second-order gradients"):
+        gx.sum().backward()
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_backward_compiles_fullgraph(recipe):
+    model = nn.Sequential(make_linear(256, 128), nn.GELU(), make_linear(128, 64))
+    quantkit.quantize_(model, recipe)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x = torch.randn(2, 7, 256, requires_grad=True)
+    compiled(x).square().sum().backward()
+    got, x.grad = x.grad, None
+    model(x).square().sum().backward()
+    assert torch.equal(got, x.grad)
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
@@ -195,6 +269,16 @@ def test_custom_ops_pass_opcheck(recipe):
         # lacks for float8 ("mul_cpu_reduced_float"); the other two checks still cover the op.
         checks = checks[1:]
     torch.library.opcheck(op, args, test_utils=checks)
+    # the input gradient's own op, as the backward calls it: a 2-D gradient and the weight's buffers
+    grad = torch.randn(15, 64, dtype=torch.bfloat16)
+    if recipe == "fp8-block":
+        op, args = torch.ops.quantkit.fp8_block_linear_grad_input, (grad, layer.weight, layer.weight_scale, 128)
+    elif recipe == "int4-weight-only":
+        op, args = torch.ops.quantkit.int4_weight_only_linear_grad_input, (
+            grad, layer.weight_packed, layer.weight_scale, layer.weight_zero_point, 128)
+    else:
+        op, args = torch.ops.quantkit.int8_linear_grad_input, (grad, layer.weight, layer.weight_scale)
+    torch.library.opcheck(op, args, test_utils=checks)
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
@@ -258,6 +342,36 @@ def test_layer_on_a_second_gpu_runs_there_gpu(recipe):
                 y = layer(x)
                 assert y.device == x.device and torch.cuda.current_device() == 0
                 assert rel_error(y, want) < 1e-2, (recipe, m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_input_gradient_gpu(recipe, dtype):
+    """The backward at a real width on the GPU, the weight dequantized by the family's Triton kernel (both
+    int8 formats share int8 weight-only's)."""
+    from quantkit.ops import backend_report
+
+    layer = quantized(make_linear(4096, 1152, dtype=dtype).cuda(), recipe)
+    _input_gradient_check(layer, dtype, (3, 100), device="cuda", with_bias=True)
+    family = "int8_weight_only" if recipe == "int8-dynamic" else recipe.replace("-", "_")
+    assert backend_report()[(f"{family}.dequantize_weight", "cuda:0")][0] == "triton"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_backward_compiles_gpu(recipe):
+    """Forward and backward under torch.compile's default backend (Inductor) on the GPU, as eager."""
+    model = nn.Sequential(make_linear(512, 384, dtype=torch.bfloat16), nn.GELU(),
+                          make_linear(384, 256, dtype=torch.bfloat16)).cuda()
+    quantkit.quantize_(model, recipe)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(2, 33, 512, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+    compiled(x).float().square().sum().backward()
+    got, x.grad = x.grad, None
+    model(x).float().square().sum().backward()
+    assert rel_error(got, x.grad) < 1e-2
 
 
 @pytest.mark.gpu
