@@ -42,4 +42,11 @@ for recipe in ("bf16", "fp8-block", "int4-weight-only"):
             torch.autograd.grad(layer(x), x, g)
         torch.cuda.synchronize()
         pr.disable()
-        pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(pr).sort_stats("tottime").print_stats(15)
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                torch.autograd.grad(layer(x), x, g)
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=60))
