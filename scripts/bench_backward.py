@@ -2,8 +2,8 @@
 
 For each recipe, issue shape (N×K) and M, under PERFORMANCE.md's timer (``triton.testing.do_bench``, L2
 cleared before each call, median), eager:
-- ``bwd``: the input gradient alone, as the backward runs it: the weight dequantized by the family's
-  Triton kernel, then ``grad @ W`` (bf16: ``grad @ W`` on the bf16 weight, what ``nn.Linear``'s backward runs);
+- ``bwd``: the backward alone (``torch.autograd.grad`` on a kept graph): the weight dequantized by the
+  family's Triton kernel, then ``grad @ W`` (bf16: ``grad @ W`` on the bf16 weight, ``nn.Linear``'s backward);
 - ``fwd+bwd``: ``torch.autograd.grad(layer(x), x, grad)``, x requiring grad, the weight frozen;
 - ``peak MB``: the most memory the fwd+bwd step allocated beyond its inputs (the dequantized weight is the
   transient a quantized layer adds).
@@ -14,7 +14,6 @@ import argparse
 import statistics
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import quantkit
@@ -22,20 +21,6 @@ from quantkit.bench.common import environment, environment_lines, markdown_table
     parse_shapes
 
 RECIPES = ("fp8-block", "int8-dynamic", "int8-weight-only", "int4-weight-only")
-
-
-def _grad_input_fn(layer):
-    """The backward's own op, on a 2-D gradient (what the autograd rule calls)."""
-    ops = torch.ops.quantkit
-    if isinstance(layer, nn.Linear):
-        return lambda g: g @ layer.weight
-    name = layer.format_name
-    if name == "fp8-block":
-        return lambda g: ops.fp8_block_linear_grad_input(g, layer.weight, layer.weight_scale, layer.block_size)
-    if name == "int4-weight-only":
-        return lambda g: ops.int4_weight_only_linear_grad_input(g, layer.weight_packed, layer.weight_scale,
-                                                                layer.weight_zero_point, layer.group_size)
-    return lambda g: ops.int8_linear_grad_input(g, layer.weight, layer.weight_scale)
 
 
 def _peak_mb(fn) -> float:
@@ -51,12 +36,13 @@ def _cell(layer, m: int, rounds: int) -> dict:
     k = layer.in_features
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda", requires_grad=True)
     grad = torch.randn(m, layer.out_features, dtype=torch.bfloat16, device="cuda")
-    bwd = _grad_input_fn(layer)
+    y = layer(x)
+    bwd = lambda: torch.autograd.grad(y, x, grad, retain_graph=True)  # noqa: E731
     step = lambda: torch.autograd.grad(layer(x), x, grad)  # noqa: E731
-    bwd(grad), step()  # compile, tune
+    bwd(), step()  # compile, tune
     times = {"bwd": [], "fwd+bwd": []}
     for _ in range(rounds):
-        times["bwd"].append(measure_ms(lambda: bwd(grad), "cuda"))
+        times["bwd"].append(measure_ms(bwd, "cuda"))
         times["fwd+bwd"].append(measure_ms(step, "cuda"))
     out = {key: statistics.median(v) for key, v in times.items()}
     out["peak MB"] = _peak_mb(step)
