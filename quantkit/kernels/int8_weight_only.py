@@ -369,6 +369,7 @@ _stream_fast = cached(_stream_kernel)
 _mma_fast = cached(_mma_kernel)
 _mma_ss_fast = cached(_mma_ss_kernel)
 _splitk_epilogue_fast = cached(_splitk_epilogue_kernel)
+_dequant_fast = cached(_dequant_kernel)
 
 
 # --------------------------------------------------------------------------- configs
@@ -696,8 +697,8 @@ def dequantize_weight(weight_q: torch.Tensor, scale: torch.Tensor, dtype: torch.
     weight_q, scale = weight_q.contiguous(), scale.contiguous()
     out = torch.empty((n, k), dtype=dtype, device=weight_q.device)
     if n and k:
-        _dequant_kernel[(ceil_div(n, 32), ceil_div(k, 256))](weight_q, scale, out, n, k, weight_q.stride(0),
-                                                            out.stride(0), BLOCK_N=32, BLOCK_K=256, num_warps=4)
+        _dequant_fast[(ceil_div(n, 32), ceil_div(k, 256))](weight_q, scale, out, n, k, weight_q.stride(0),
+                                                          out.stride(0), BLOCK_N=32, BLOCK_K=256, num_warps=4)
     return out
 
 
