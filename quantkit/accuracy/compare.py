@@ -165,7 +165,9 @@ def sentence_embedding(hidden: torch.Tensor, attention_mask: torch.Tensor) -> to
 
 
 def _output_tensor(out: Any, kind: str, item: Any) -> torch.Tensor:
-    """The rows to compare, float32 [rows, features]."""
+    """The rows to compare [rows, features], in the model's dtype: the statistics widen a slice at a time, so
+    that no float copy of a large output (an LM's logits, 4 GB in float32 at 8k tokens of a 128k vocabulary)
+    is ever whole."""
     if kind == EMBEDDING:
         hidden = out["last_hidden_state"] if isinstance(out, Mapping) else out[0]
         return sentence_embedding(hidden, item["attention_mask"])
@@ -174,7 +176,7 @@ def _output_tensor(out: Any, kind: str, item: Any) -> torch.Tensor:
         raise ValueError(f"the model's output ({type(out).__name__}) holds no tensor to compare")
     if not tensor.is_floating_point():
         raise ValueError(f"the model's output is a {tensor.dtype} tensor; compare needs floating-point outputs")
-    return tensor.detach().float().reshape(-1, tensor.shape[-1] if tensor.dim() else 1)
+    return tensor.detach().reshape(-1, tensor.shape[-1] if tensor.dim() else 1)
 
 
 def _sum_squares(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -202,7 +204,7 @@ class _OutputStats:
         self.positions = 0
 
     def add(self, ref: torch.Tensor, out: torch.Tensor) -> None:
-        """ref, out: [rows, features] float32."""
+        """ref, out: [rows, features], any float dtype (widened to float64 a slice at a time)."""
         rows = max(1, (1 << 22) // max(1, ref.shape[1]))
         for i in range(0, ref.shape[0], rows):
             r, o = ref[i:i + rows].double(), out[i:i + rows].double()
@@ -238,10 +240,21 @@ class _OutputStats:
         )
 
 
+_SLICE_VALUES = 1 << 24  # values of the logits widened to float32 at once by _nll
+
+
 def _nll(logits: torch.Tensor, ids: torch.Tensor) -> float:
-    """Sum of -log p(ids[t] | ids[<t]) over t >= 1 of every row."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return -logp.gather(-1, ids[:, 1:, None]).sum().item()
+    """Sum of -log p(ids[t] | ids[<t]) over t >= 1 of every row; the float32 log-softmax is taken a slice of
+    positions at a time (at most 2^24 values, 64 MB), never over the whole [B, T, V] logits."""
+    batch, length, vocab = logits.shape
+    step = max(1, _SLICE_VALUES // max(1, vocab))
+    total = 0.0
+    for b in range(batch):
+        for start in range(0, length - 1, step):
+            stop = min(start + step, length - 1)
+            logp = torch.log_softmax(logits[b, start:stop].float(), dim=-1)
+            total -= logp.gather(-1, ids[b, start + 1:stop + 1, None]).sum().item()
+    return total
 
 
 # --------------------------------------------------------------------------- per-layer hooks

@@ -452,3 +452,21 @@ def test_a_layer_that_never_ran_has_no_error_to_report():
     assert json.loads(report.to_json())["results"][0]["layers"][0]["rel_error"] is None
     row = next(line for line in report.table().splitlines() if line.startswith("unused"))
     assert "not run" in row and "inf" not in row
+
+
+def test_lm_statistics_widen_the_logits_a_slice_at_a_time(monkeypatch):
+    """An LM's logits are compared in their own dtype, without a whole float copy: the rows handed to the
+    statistics are a view of the model's output, and the NLL's log-softmax runs over slices of positions
+    with the same sum as over the whole tensor."""
+    import importlib
+
+    C = importlib.import_module("quantkit.accuracy.compare")  # (the package exports the function compare)
+
+    logits = torch.randn(3, 11, 50, dtype=torch.bfloat16)
+    rows = C._output_tensor({"logits": logits}, C.CAUSAL_LM, {})
+    assert rows.dtype == torch.bfloat16 and rows.data_ptr() == logits.data_ptr() and rows.shape == (33, 50)
+    ids = torch.randint(0, 50, (3, 11))
+    whole = -torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).sum().item()
+    assert C._nll(logits, ids) == pytest.approx(whole, rel=1e-6)
+    monkeypatch.setattr(C, "_SLICE_VALUES", 120)  # slices of 2 positions, and a last one of 1
+    assert C._nll(logits, ids) == pytest.approx(whole, rel=1e-6)
