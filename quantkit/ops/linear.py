@@ -283,10 +283,14 @@ class _EagerLinear(torch.autograd.Function):
     runs the kernel on ``x``; ``grad_input_fn`` maps a 2-D output gradient to the input's."""
 
     @staticmethod
-    def forward(ctx, x, bias, forward_fn, grad_input_fn):
+    def forward(x, bias, forward_fn, grad_input_fn):
+        return forward_fn(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):  # (a separate setup_context: torch.func.grad can then use it)
+        x, bias, _, grad_input_fn = inputs
         ctx.grad_input_fn, ctx.x_shape = grad_input_fn, x.shape
         ctx.bias_dtype = bias.dtype if bias is not None and bias.requires_grad else None
-        return forward_fn(x)
 
     @staticmethod
     def backward(ctx, grad):
@@ -307,8 +311,12 @@ class _FirstOrderOnly(torch.autograd.Function):
     """``result`` (computed from ``upstream`` without a graph), linked to ``upstream`` by a node that raises."""
 
     @staticmethod
-    def forward(ctx, result, upstream):
+    def forward(result, upstream):
         return result.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
 
     @staticmethod
     def backward(ctx, grad):

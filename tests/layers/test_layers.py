@@ -185,6 +185,21 @@ def test_an_adapter_trains_through_a_quantized_model(recipe):
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_input_gradient_under_func_grad_and_checkpointing(recipe):
+    """torch.func.grad and activation checkpointing (the forward recomputed in the backward) give the
+    gradient that plain autograd gives."""
+    from torch.utils.checkpoint import checkpoint
+
+    layer = quantized(make_linear(256, 96), recipe)
+    x = torch.randn(5, 256, requires_grad=True)
+    layer(x).square().sum().backward()
+    want, x.grad = x.grad, None
+    assert torch.equal(torch.func.grad(lambda t: layer(t).square().sum())(x.detach()), want)
+    checkpoint(layer, x, use_reentrant=False).square().sum().backward()
+    assert torch.equal(x.grad, want)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
 def test_second_order_gradients_are_a_clear_error(recipe):
     layer = quantized(make_linear(128, 64), recipe)
     x = torch.randn(3, 128, requires_grad=True)
