@@ -73,16 +73,20 @@ def _register(op, grad_input, weight_args: tuple[int, ...], bias_index: int) -> 
     def backward(ctx, grad):
         saved = iter(ctx.saved_tensors)
         args = [next(saved) if a is None else a for a in ctx.weight_args]
-        n = grad.shape[-1]
         grads = [None] * ctx.input_count
-        if ctx.needs_input_grad[0]:
-            g2 = grad.reshape(-1, n)
-            grads[0] = grad_input(g2, *args).reshape(ctx.x_shape)
-        if ctx.bias_dtype is not None:
-            grads[bias_index] = grad.reshape(-1, n).sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+        grads[0], grads[bias_index] = _input_and_bias_grads(ctx, grad, lambda g: grad_input(g, *args))
         return tuple(grads)
 
     op.register_autograd(backward, setup_context=setup_context)
+
+
+def _input_and_bias_grads(ctx, grad: Tensor, grad_input: Callable) -> tuple:
+    """(x's gradient, the bias's) from the output's ``grad`` [..., N]: ``grad_input`` of the 2-D gradient where x
+    needs one; the rows' float32 sum in the bias dtype where ``ctx.bias_dtype`` is set; None otherwise."""
+    grad_2d = grad.reshape(-1, grad.shape[-1])
+    grad_x = grad_input(grad_2d).reshape(ctx.x_shape) if ctx.needs_input_grad[0] else None
+    grad_bias = None if ctx.bias_dtype is None else grad_2d.sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+    return grad_x, grad_bias
 
 
 def _dequantized(family: str, dtype: torch.dtype, *weight) -> Tensor:
@@ -294,16 +298,11 @@ class _EagerLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        n = grad.shape[-1]
-        grad_x = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            create_graph = torch.is_grad_enabled()
-            with torch.no_grad():
-                grad_x = ctx.grad_input_fn(grad.reshape(-1, n)).reshape(ctx.x_shape)
-            if create_graph:  # as the custom ops: a second backward through this one raises
-                grad_x = _FirstOrderOnly.apply(grad_x, grad)
-        if ctx.bias_dtype is not None:
-            grad_bias = grad.reshape(-1, n).sum(0, dtype=torch.float32).to(ctx.bias_dtype)
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad():
+            grad_x, grad_bias = _input_and_bias_grads(ctx, grad, ctx.grad_input_fn)
+        if create_graph and grad_x is not None:  # as the custom ops: a second backward through x's raises
+            grad_x = _FirstOrderOnly.apply(grad_x, grad)
         return grad_x, grad_bias, None, None
 
 
@@ -320,4 +319,4 @@ class _FirstOrderOnly(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        raise RuntimeError("quantized layer: second-order gradients through a quantized layer are not supported")
+        raise RuntimeError("second-order gradients through a quantized layer are not supported")
