@@ -146,7 +146,7 @@ def fp8_block_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Opti
     if _records_grad(x, bias):
         return _EagerLinear.apply(
             x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias, block_size, scale_fmt),
-            lambda g: _fp8_block_grad_input(g, weight, weight_scale, block_size))
+            (_fp8_block_grad_input, _fp8_block_grad_input_op, (weight, weight_scale, block_size)))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias, block_size, scale_fmt)
 
 
@@ -189,7 +189,7 @@ def int8_dynamic_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: O
     impl = resolve("int8_dynamic", "linear", x.device)
     if _records_grad(x, bias):
         return _EagerLinear.apply(x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias),
-                                  lambda g: _int8_grad_input(g, weight, weight_scale))
+                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale)))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
 
 
@@ -216,7 +216,7 @@ def int8_weight_only_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bia
     impl = resolve("int8_weight_only", "linear", x.device)
     if _records_grad(x, bias):
         return _EagerLinear.apply(x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias),
-                                  lambda g: _int8_grad_input(g, weight, weight_scale))
+                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale)))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
 
 
@@ -265,7 +265,7 @@ def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tens
     if _records_grad(x, bias):
         return _EagerLinear.apply(
             x, bias, lambda x2: _run_2d(impl, x2, n, weight_packed, weight_scale, weight_zero_point, bias, group_size),
-            lambda g: _int4_grad_input(g, weight_packed, weight_scale, weight_zero_point, group_size))
+            (_int4_grad_input, _int4_grad_input_op, (weight_packed, weight_scale, weight_zero_point, group_size)))
     return _run_2d(impl, x, n, weight_packed, weight_scale, weight_zero_point, bias, group_size)
 
 
@@ -284,26 +284,39 @@ class _EagerLinear(torch.autograd.Function):
     """Eager autograd of a quantized linear: the same rule as the custom ops' (:func:`_register`) without their
     dispatch, which cost 120–280 µs of host time a call on the H100 host (torch 2.11; a training step of a
     4096² layer at M = 128 took 1.0 ms against bf16's 0.12; ``scripts/probe_backward_host.py``). ``forward_fn``
-    runs the kernel on ``x``; ``grad_input_fn`` maps a 2-D output gradient to the input's."""
+    runs the kernel on ``x``. ``grad_input`` is (function, its custom op, the weight's arguments after the
+    gradient): the function maps a 2-D output gradient to the input's; the op does the same through the
+    dispatcher, which functorch transforms (``torch.func.grad``) need — their backward hands over wrapped
+    tensors, which have no storage for a Triton kernel to read, and the dispatcher unwraps them for an op."""
 
     @staticmethod
-    def forward(x, bias, forward_fn, grad_input_fn):
+    def forward(x, bias, forward_fn, grad_input):
         return forward_fn(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):  # (a separate setup_context: torch.func.grad can then use it)
-        x, bias, _, grad_input_fn = inputs
-        ctx.grad_input_fn, ctx.x_shape = grad_input_fn, x.shape
+        x, bias, _, grad_input = inputs
+        ctx.grad_input, ctx.x_shape = grad_input, x.shape
         ctx.bias_dtype = bias.dtype if bias is not None and bias.requires_grad else None
 
     @staticmethod
     def backward(ctx, grad):
+        function, op, args = ctx.grad_input
+        if _functorch_active():
+            function = op
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
-            grad_x, grad_bias = _input_and_bias_grads(ctx, grad, ctx.grad_input_fn)
+            grad_x, grad_bias = _input_and_bias_grads(ctx, grad, lambda g: function(g, *args))
         if create_graph and grad_x is not None:  # as the custom ops: a second backward through x's raises
             grad_x = _FirstOrderOnly.apply(grad_x, grad)
         return grad_x, grad_bias, None, None
+
+
+def _functorch_active() -> bool:
+    try:
+        return torch._C._are_functorch_transforms_active()
+    except AttributeError:  # a torch without the query: the op path, which is right everywhere
+        return True
 
 
 class _FirstOrderOnly(torch.autograd.Function):

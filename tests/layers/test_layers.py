@@ -200,6 +200,21 @@ def test_input_gradient_under_func_grad_and_checkpointing(recipe):
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_eager_backward_through_the_input_gradient_op(recipe, monkeypatch):
+    """Under a functorch transform the eager backward calls the input gradient's custom op (which unwraps
+    functorch's tensors for the Triton kernels): the same gradient as the plain function's."""
+    from quantkit.ops import linear
+
+    layer = quantized(make_linear(256, 96, dtype=torch.bfloat16), recipe)
+    x = torch.randn(2, 5, 256, dtype=torch.bfloat16, requires_grad=True)
+    layer(x).float().square().sum().backward()
+    want, x.grad = x.grad, None
+    monkeypatch.setattr(linear, "_functorch_active", lambda: True)
+    layer(x).float().square().sum().backward()
+    assert torch.equal(x.grad, want)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
 def test_second_order_gradients_are_a_clear_error(recipe):
     layer = quantized(make_linear(128, 64), recipe)
     x = torch.randn(3, 128, requires_grad=True)
@@ -369,6 +384,10 @@ def test_input_gradient_gpu(recipe, dtype):
 
     layer = quantized(make_linear(4096, 1152, dtype=dtype).cuda(), recipe)
     _input_gradient_check(layer, dtype, (3, 100), device="cuda", with_bias=True)
+    # torch.func.grad: functorch's backward hands wrapped tensors over; the op path unwraps them
+    x = torch.randn(7, 4096, dtype=dtype, device="cuda", requires_grad=True)
+    layer(x).float().square().sum().backward()
+    assert torch.equal(torch.func.grad(lambda t: layer(t).float().square().sum())(x.detach()), x.grad)
     family = "int8_weight_only" if recipe == "int8-dynamic" else recipe.replace("-", "_")
     assert backend_report()[(f"{family}.dequantize_weight", "cuda:0")][0] == "triton"
 
