@@ -173,7 +173,13 @@ def quantize_(
                              f"quantize_(model, recipe, calibration=[input, ...])")
         from quantkit.rounding.calibration import collect_input_moments
 
-        moments = collect_input_moments(model, calibrated, calibration, progress=progress)
+        moments = collect_input_moments(model, calibrated, calibration, progress=progress, allow_unreached=True)
+        unreached = [name for name in calibrated if name not in moments]
+        if unreached:
+            warnings.warn(f"quantkit: the calibration inputs never reached {len(unreached)} of {len(calibrated)} layers "
+                          f"to calibrate ({', '.join(unreached[:3])}{', ...' if len(unreached) > 3 else ''}; an MoE "
+                          f"expert no token was routed to, say): they are rounded without data (rounding='search'); "
+                          f"give more varied inputs to calibrate them", stacklevel=2)
 
     iterator: Iterable = targets
     if progress:
@@ -188,6 +194,12 @@ def quantize_(
             report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), f"the same module as {first!r}",
                                                _shape(linear), 0, 0))
             continue
+        fallback = ""
+        if name in calibrated and name not in moments:  # never reached by the calibration inputs
+            from quantkit.rounding import DATA_FREE_ROUNDING
+
+            recipe_obj = dataclasses.replace(recipe_obj, rounding=DATA_FREE_ROUNDING)
+            fallback = f"no calibration input reached it: rounding={DATA_FREE_ROUNDING!r}"
         if name in moments:
             source = linear if device is None else _moved(linear, torch.device(device))
             with torch.no_grad():
@@ -201,7 +213,8 @@ def quantize_(
         if hooks:
             warnings.warn(f"quantkit: {name} had {hooks}, which its quantized layer does not carry; register them on "
                           f"model.get_submodule({name!r}) again if they are still needed", stacklevel=2)
-        reason = f"weight was tied to {', '.join(tied[name][0])}" if name in tied else ""
+        reason = "; ".join(filter(None, (f"weight was tied to {', '.join(tied[name][0])}" if name in tied else "",
+                                         fallback)))
         report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), reason, _shape(linear),
                                            _nbytes(linear), _nbytes(new)))
     report.modules.sort(key=lambda m: order.get(m.name, len(order)))

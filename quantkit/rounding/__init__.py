@@ -27,6 +27,9 @@ from quantkit.rounding.search import int4_qparams_search, quantize_weight_int4_s
 INT4_ROUNDINGS = ("minmax", "search", "gptq")
 #: the methods that need the input statistics of each layer (calibration inputs)
 CALIBRATED_ROUNDINGS = ("gptq",)
+#: what a calibrated method falls back to for a layer no calibration input reached (an MoE expert no
+#: token was routed to)
+DATA_FREE_ROUNDING = "search"
 
 Quantizer = Callable[[torch.Tensor, int, bool, torch.dtype], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -50,6 +53,7 @@ def int4_quantizer(rounding: str, input_moment: torch.Tensor | None = None) -> Q
 __all__ = [
     "INT4_ROUNDINGS",
     "CALIBRATED_ROUNDINGS",
+    "DATA_FREE_ROUNDING",
     "int4_quantizer",
     "int4_qparams_search",
     "quantize_weight_int4_search",

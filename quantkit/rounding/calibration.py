@@ -72,9 +72,13 @@ def collect_input_moments(
     calibration: Iterable[Any],
     *,
     progress: bool = False,
+    allow_unreached: bool = False,
 ) -> dict[str, torch.Tensor]:
     """{name: E[x x^T] float32 [K, K]} for each module in ``modules`` (name -> module with ``in_features``),
-    from running every item of ``calibration`` through ``model`` (see :func:`run_model`)."""
+    from running every item of ``calibration`` through ``model`` (see :func:`run_model`).
+
+    A module the inputs never reached is an error, unless ``allow_unreached`` (then it is left out of the
+    result: an MoE expert no calibration token was routed to) and some other module was reached."""
     if isinstance(calibration, (torch.Tensor, Mapping, str, bytes)):
         calibration = [calibration]
     collector = _MomentHooks()
@@ -108,7 +112,7 @@ def collect_input_moments(
     if seen == 0:
         raise ValueError("calibration is empty: give at least one model input")
     missing = [name for name in modules if not collector.counts.get(name)]
-    if missing:
+    if missing and (not allow_unreached or len(missing) == len(modules)):
         raise ValueError(f"calibration inputs never reached {len(missing)} layer(s) to calibrate, e.g. "
                          f"{', '.join(missing[:3])}; give inputs that run through them or keep them unquantized")
-    return {name: collector.sums[name] / collector.counts[name] for name in modules}
+    return {name: collector.sums[name] / collector.counts[name] for name in modules if name not in missing}

@@ -1,4 +1,6 @@
 """Calibrated int4 rounding: input statistics, GPTQ, and quantize_(..., calibration=...)."""
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -183,3 +185,34 @@ def test_gptq_does_not_depend_on_the_scale_of_the_inputs_with_unseen_features():
     assert torch.equal(codes[:, 10:40], plain[:, 10:40])
     all_dead = gptq_qparams_and_codes(w, torch.zeros(256, 256), 64, False, torch.float32)
     assert torch.equal(all_dead[0], quantize_int4_with_qparams(w, all_dead[1], all_dead[2], 64))
+
+
+def test_layers_no_calibration_input_reached_are_rounded_without_data():
+    """An MoE expert no calibration token was routed to: rounded with the data-free search and named in a
+    warning and the report, while the reached layers get GPTQ. Inputs that reach no calibrated layer at all
+    are still an error."""
+    class TwoExperts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(64, 64)
+            self.experts = nn.ModuleList([nn.Linear(64, 32), nn.Linear(64, 32)])
+
+        def forward(self, x, expert=0):
+            return self.experts[expert](self.shared(x))
+
+    model = TwoExperts()
+    float_expert = copy.deepcopy(model.experts[1])
+    recipe = Int4WeightOnly(group_size=32, rounding="gptq")
+    with pytest.warns(UserWarning, match=r"never reached 1 of 3 layers to calibrate \(experts\.1; .*rounding='search'"):
+        report = quantkit.quantize_(model, recipe, calibration=[torch.randn(16, 64) for _ in range(3)])
+    assert len(report.quantized) == 3
+    by_name = {m.name: m for m in report.modules}
+    assert "no calibration input reached it: rounding='search'" in by_name["experts.1"].reason
+    assert by_name["experts.0"].reason == ""
+    searched = Int4WeightOnly(group_size=32, rounding="search").build(float_expert)
+    for buffer in ("weight_packed", "weight_scale", "weight_zero_point"):
+        assert torch.equal(getattr(model.experts[1], buffer), getattr(searched, buffer)), buffer
+
+    unreachable = TwoExperts()
+    with pytest.raises(ValueError, match="never reached 1 layer"):
+        quantkit.quantize_(unreachable, recipe, ignore=["shared", "experts.0"], calibration=[torch.randn(4, 64)])
