@@ -478,8 +478,18 @@ def _run_unit(unit: _Unit, ckpt: Checkpoint, device: torch.device):
         yield f"{unit.module}.{suffix}", tensor
 
 
+#: a weight file in a sub-folder up to this fraction of the checkpoint's size is a module of its own (a
+#: sentence-transformers ``2_Dense`` head) and is copied as it is; a larger one is taken for a second copy of
+#: the model (``original/consolidated.00.pth``) and left out
+_SUBFOLDER_WEIGHTS_FRACTION = 1 / 8
+
+
 def _copy_other_files(src: Path, dst: Path, converted: set[Path]) -> None:
-    """Tokenizer files, generation config, README, sub-folders (sentence-transformers pooling, ...)."""
+    """Tokenizer files, generation config, README, sub-folders (sentence-transformers pooling, a dense head).
+    Weight files the converter did not read are left out, with a warning, at the top level (another format
+    of the same weights) and in sub-folders where they are larger than ``_SUBFOLDER_WEIGHTS_FRACTION`` of
+    the checkpoint; smaller ones in sub-folders are copied as they are, unquantized, with a warning."""
+    model_bytes = sum(path.stat().st_size for path in converted)
     for root, dirs, files in os.walk(src):
         rel = Path(root).relative_to(src)
         dirs[:] = [d for d in dirs if not d.startswith(".")]  # .git, .cache: not part of the model
@@ -488,9 +498,14 @@ def _copy_other_files(src: Path, dst: Path, converted: set[Path]) -> None:
             if rel == Path(".") and fname in (CONFIG_NAME, INDEX_NAME):
                 continue
             if fname.endswith(_OTHER_WEIGHTS):
-                if path not in converted:
-                    logger.warning("quantkit: not copying %s (a weight file in a format the converter does not "
-                                   "convert)", path)
-                continue
+                if path in converted:
+                    continue
+                size = path.stat().st_size
+                if rel == Path(".") or size > model_bytes * _SUBFOLDER_WEIGHTS_FRACTION:
+                    logger.warning("quantkit: not copying %s (%.1f MB: a weight file the converter does not read, "
+                                   "taken for another copy of the model's weights)", path, size / 1e6)
+                    continue
+                logger.warning("quantkit: copying %s as it is, unquantized (%.1f MB: the weights of a module "
+                               "outside the checkpoint, such as a sentence-transformers head)", path, size / 1e6)
             (dst / rel).mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dst / rel / fname)

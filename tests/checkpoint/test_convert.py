@@ -549,3 +549,30 @@ def test_checkpoint_names_with_the_base_model_prefix(tmp_path):
     dense = load_quantized(tmp_path / "back")
     layer = model.encoder.layer[0].output.dense
     assert torch.equal(dense.encoder.layer[0].output.dense.weight, layer.dequantize(torch.float32))
+
+
+def test_weight_files_outside_the_checkpoint(tmp_path, caplog):
+    """A sentence-transformers head's weights in a sub-folder (small beside the model) are copied as they are;
+    a sub-folder copy of the model's own weights, and another format of them at the top level, are left out;
+    each with a warning naming the file."""
+    model = tiny_llama(dtype=torch.bfloat16)
+    src = tmp_path / "in"
+    model.save_pretrained(src)
+    head = {"linear.weight": torch.randn(16, 128), "linear.bias": torch.randn(16)}
+    (src / "2_Dense").mkdir()
+    save_file(head, src / "2_Dense" / "model.safetensors")
+    (src / "2_Dense" / "config.json").write_text('{"in_features": 128, "out_features": 16}')
+    (src / "original").mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"},
+              src / "original" / "consolidated.safetensors")
+    (src / "pytorch_model.bin").write_bytes(b"\0" * 1024)
+    with caplog.at_level("WARNING", logger="quantkit"):
+        convert_checkpoint(src, tmp_path / "out", RECIPES["int8-weight-only"], progress=False)
+    out = tmp_path / "out"
+    assert (out / "2_Dense" / "model.safetensors").read_bytes() == (src / "2_Dense" / "model.safetensors").read_bytes()
+    assert (out / "2_Dense" / "config.json").is_file()
+    assert not (out / "original").exists() and not (out / "pytorch_model.bin").exists()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("copying" in m and "2_Dense" in m and "unquantized" in m for m in messages), messages
+    assert any("not copying" in m and "consolidated.safetensors" in m for m in messages), messages
+    assert any("not copying" in m and "pytorch_model.bin" in m for m in messages), messages
