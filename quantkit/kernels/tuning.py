@@ -61,9 +61,23 @@ def m_bucket(m: int) -> int:
     return 1 if m <= 1 else 1 << (m - 1).bit_length()
 
 
-@functools.lru_cache(maxsize=None)
+def _current_device() -> int:
+    """The current CUDA device's index; -1 without CUDA (the CPU tests fake a GPU's name and tables)."""
+    try:
+        return torch.cuda.current_device()
+    except (AssertionError, RuntimeError):
+        return -1
+
+
 def gpu_name(index: int | None = None) -> str:
-    return torch.cuda.get_device_name(index if index is not None else torch.cuda.current_device())
+    """The name of GPU ``index`` (None: the current device, on which the layers run their kernels: a model
+    spread over GPUs of two kinds reads each one's configs)."""
+    return _gpu_name(_current_device() if index is None else index)
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
 
 
 def _key(m: int, n: int, k: int) -> str:
@@ -86,12 +100,17 @@ def user_cache_path() -> Path:
     return user_cache_dir() / f"tuned-{gpu_file_name()}.json"
 
 
-@functools.lru_cache(maxsize=None)
 def device_props(index: int | None = None) -> dict:
     """What decides whether another GPU's tuned configs suit this one: the compute capability (the
-    kernels each config can run, shared memory per SM) and the SM count (the persistent grids, waves)."""
-    props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())
-    return {"capability": f"{props.major}.{props.minor}", "multiprocessors": props.multi_processor_count}
+    kernels each config can run, shared memory per SM) and the SM count (the persistent grids, waves).
+    None: the current device."""
+    return dict(_device_props(_current_device() if index is None else index))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_props(index: int) -> tuple:
+    props = torch.cuda.get_device_properties(index)
+    return ("capability", f"{props.major}.{props.minor}"), ("multiprocessors", props.multi_processor_count)
 
 
 def _shipped_devices() -> dict[str, dict]:
@@ -109,16 +128,21 @@ def table_sources(gpu: str, props: dict, tables: dict[str, dict], devices: dict[
     return siblings + ([gpu] if gpu in tables else [])
 
 
-@functools.lru_cache(maxsize=None)
 def _shipped_split(family: str) -> tuple[dict[str, dict], dict[str, dict], list[str]]:
-    """(this GPU's own shipped entries, those it borrows from its siblings' tables, the GPUs it borrows
+    """(the current GPU's own shipped entries, those it borrows from its siblings' tables, the GPUs it borrows
     from, the nearest first: :func:`table_sources`)."""
+    props = device_props()
+    return _shipped_split_for(family, gpu_name(), props["capability"], props["multiprocessors"])
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped_split_for(family: str, gpu: str, capability: str, multiprocessors: int):
     path = _SHIPPED_DIR / f"{family}.json"
     if not path.is_file():
         return {}, {}, []
     tables = json.loads(path.read_text())
-    gpu = gpu_name()
-    sources = table_sources(gpu, device_props(), tables, _shipped_devices())
+    props = {"capability": capability, "multiprocessors": multiprocessors}
+    sources = table_sources(gpu, props, tables, _shipped_devices())
     lenders = [name for name in sources if name != gpu]
     if lenders:
         logger.info("quantkit: %s configs on %s: %s table%s of %s", family, gpu,
@@ -130,9 +154,8 @@ def _shipped_split(family: str) -> tuple[dict[str, dict], dict[str, dict], list[
     return tables.get(gpu, {}), borrowed, lenders[::-1]
 
 
-@functools.lru_cache(maxsize=None)
 def _shipped(family: str) -> dict[str, dict]:
-    """The shipped entries for this GPU: its own table over those it borrows."""
+    """The shipped entries for the current GPU: its own table over those it borrows."""
     own, borrowed, _ = _shipped_split(family)
     return {**borrowed, **own}
 
@@ -231,8 +254,9 @@ def _valid_entries(family: str, entries: dict[str, dict], module) -> dict[str, d
 
 
 def get_config(family: str, m: int, n: int, k: int, module, bench: Callable[[dict], float] | None = None) -> dict:
-    """The config ``module`` (a kernel family) should use for an [m, k] x [n, k]^T problem."""
-    memo_key = (family, m_bucket(m), n, k)
+    """The config ``module`` (a kernel family) should use for an [m, k] x [n, k]^T problem on the current GPU
+    (the layers make their tensors' GPU current)."""
+    memo_key = (family, m_bucket(m), n, k, _current_device())
     config = _MEMO.get(memo_key)
     if config is not None:
         return config

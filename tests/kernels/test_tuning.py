@@ -107,8 +107,7 @@ def _shipped_dir(tmp_path, monkeypatch, gpu, props, tables, devices=DEVICES):
     monkeypatch.setattr(tuning, "_SHIPPED_DIR", tmp_path)
     monkeypatch.setattr(tuning, "gpu_name", lambda index=None: gpu)
     monkeypatch.setattr(tuning, "device_props", lambda index=None: props)
-    tuning._shipped.cache_clear()
-    tuning._shipped_split.cache_clear()
+    tuning._shipped_split_for.cache_clear()
     monkeypatch.setattr(tuning, "_MEMO", {})
 
 
@@ -686,3 +685,30 @@ def test_the_user_cache_directory_expands_home_and_ignores_an_empty_setting(monk
     assert tuning.user_cache_dir() == Path.home() / ".cache" / "quantkit"
     monkeypatch.setenv("QUANTKIT_CACHE_DIR", "rel")
     assert tuning.user_cache_dir() == Path.cwd() / "rel"
+
+
+def test_a_process_with_two_kinds_of_gpu_reads_each_ones_configs(tmp_path, monkeypatch):
+    """A model spread over an H100 and an L40S: each layer's config comes from the table of the GPU it runs on
+    (the current device, which the layers set), not from that of the first GPU used (sm_90 configs on the
+    sm_89 GPU)."""
+    tables = {"H100 SXM": {"16,4096,4096": {"kernel": "h100"}}, "L40S": {"16,4096,4096": {"kernel": "l40s"}}}
+    (tmp_path / "fam.json").write_text(json.dumps(tables))
+    (tmp_path / "devices.json").write_text(json.dumps(DEVICES))
+    monkeypatch.setattr(tuning, "_SHIPPED_DIR", tmp_path)
+    names = {0: "H100 SXM", 1: "L40S"}
+    current = {"index": 0}
+    monkeypatch.setattr(tuning, "_current_device", lambda: current["index"])
+    monkeypatch.setattr(tuning, "_gpu_name", lambda index: names[index])
+    monkeypatch.setattr(tuning, "_device_props", lambda index: tuple(DEVICES[names[index]].items()))
+    monkeypatch.setattr(tuning, "_read_user_cache", lambda: {})
+    monkeypatch.setattr(tuning, "_MEMO", {})
+    tuning._shipped_split_for.cache_clear()
+
+    class Module:
+        @staticmethod
+        def default_config(m, n, k):
+            return {"kernel": "default"}
+
+    for index, want in ((0, "h100"), (1, "l40s"), (0, "h100")):
+        current["index"] = index
+        assert tuning.get_config("fam", 16, 4096, 4096, Module)["kernel"] == want, index
