@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", default=None, metavar="NxK[,NxK...]",
                    help="layer shapes (out x in features) to tune, instead of every problem the shipped tables hold")
     p.add_argument("--m", default=None, metavar="M[,M...]",
-                   help="token counts for --shapes (default 1,16,128,1024,4096)")
+                   help="token counts for --shapes (default 1,16,128,1024,4096); each is tuned as its "
+                        "power-of-two bucket, whose config every M in it runs")
     p.add_argument("--out", type=Path, default=None,
                    help="the sweep's JSON file (default ./tune-<gpu>.json)")
     p.add_argument("--resume", action="store_true", help="keep the problems --out already holds and time the rest")
@@ -49,6 +50,12 @@ def run(args: argparse.Namespace) -> int:
 
     shapes = tuning.parse_shapes(args.shapes) if args.shapes else None  # (ValueError: the CLI prints it)
     ms = tuning.parse_ms(args.m) if args.m else tuning.BENCH_M  # (ValueError: the CLI prints it)
+    # configs are kept per power-of-two bucket of M, and an M runs its bucket's: time the bucket itself, once
+    rounded = [m for m in dict.fromkeys(ms) if tuning.m_bucket(m) != m]
+    if rounded:
+        print("quantkit tune: configs are kept per power-of-two M, and an M runs its bucket's: "
+              + ", ".join(f"M = {m} is tuned as M = {tuning.m_bucket(m)}" for m in rounded), flush=True)
+    ms = tuple(dict.fromkeys(tuning.m_bucket(m) for m in ms))
     # where the results go, checked before minutes of sweeping rather than after
     if args.out is not None:
         _check_out(args.out)

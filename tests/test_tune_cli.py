@@ -81,3 +81,25 @@ def test_a_path_error_is_one_line_with_exit_2(monkeypatch, capsys):
     assert main(["tune"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "quantkit tune: error: [Errno 13] Permission denied: '/somewhere/tuned.json'"
+
+
+def test_an_m_between_powers_of_two_is_tuned_as_its_bucket(tmp_path, monkeypatch, capsys):
+    """Configs are kept per power-of-two M: --m 3,4 would have timed M = 3 for the M = 4 entry and skipped
+    M = 4 without a word. Each M is tuned as its bucket, once, and the CLI says so."""
+    from quantkit.kernels import tuning
+
+    monkeypatch.setattr(tuning.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tuning, "gpu_name", lambda index=None: "GPU A")
+    monkeypatch.setattr(tuning, "_shipped", lambda family: {})
+    swept = {}
+
+    def sweep_to_file(families, out, shapes, ms, **kw):
+        swept["ms"] = ms
+        return {"families": {}}
+
+    monkeypatch.setattr(tuning, "sweep_to_file", sweep_to_file)
+    assert main(["tune", "--recipes", "int8-weight-only", "--shapes", "64x64", "--m", "3,4,5,1",
+                 "--out", str(tmp_path / "s.json"), "--no-install"]) == 0
+    out = capsys.readouterr().out
+    assert "M = 3 is tuned as M = 4" in out and "M = 5 is tuned as M = 8" in out and "M = 1 is" not in out
+    assert swept["ms"] == (4, 8, 1)
