@@ -42,6 +42,19 @@ def _check_input(x: Tensor, weight: Tensor, in_features: int, layer) -> None:
                          f"move the model with model.to({str(x.device)!r})")
 
 
+def _check_frozen(layer, **weight: Tensor) -> None:
+    """Raise where autograd records and a buffer of the weight requires grad. No path gives it a gradient (the
+    kernels and both autograd rules hold it constant), but the CPU reference's arithmetic would record one where
+    nothing else does, so the same code would get a gradient for it on the CPU and silently none on a GPU."""
+    if torch.is_grad_enabled():
+        named = [name for name, t in weight.items() if t.requires_grad]
+        if named:
+            label = getattr(layer, "_label", layer)
+            raise RuntimeError(f"{label}: the quantized weight is frozen and gets no gradient, but its buffer "
+                               f"{', '.join(named)} requires grad; call .requires_grad_(False) on it (train an "
+                               f"adapter or the bias instead)")
+
+
 def _run_2d(impl: Callable, x: Tensor, out_features: int, *args) -> Tensor:
     if x.dim() == 2 and x.stride(1) == 1:  # the common case: no reshapes at all
         if x.shape[0] == 0:
@@ -140,6 +153,7 @@ def fp8_block_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Opti
                      block_size: int = 128, scale_fmt: Optional[str] = None,
                      layer="Fp8BlockLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
+    _check_frozen(layer, weight=weight, weight_scale=weight_scale)
     if _traced(x):
         return _fp8_block_linear_op(x, weight, weight_scale, bias, block_size, scale_fmt or "")
     impl = resolve("fp8_block", "linear", x.device)
@@ -184,6 +198,7 @@ _register(_int8_dynamic_linear_op, _int8_grad_input_op, weight_args=(1, 2), bias
 def int8_dynamic_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                         layer="Int8DynamicLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
+    _check_frozen(layer, weight_scale=weight_scale)
     if _traced(x):
         return _int8_dynamic_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_dynamic", "linear", x.device)
@@ -211,6 +226,7 @@ _register(_int8_weight_only_linear_op, _int8_grad_input_op, weight_args=(1, 2), 
 def int8_weight_only_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                             layer="Int8WeightOnlyLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
+    _check_frozen(layer, weight_scale=weight_scale)
     if _traced(x):
         return _int8_weight_only_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_weight_only", "linear", x.device)
@@ -258,6 +274,7 @@ def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tens
                             bias: Optional[Tensor], group_size: int, in_features: int,
                             layer="Int4WeightOnlyLinear") -> Tensor:
     _check_input(x, weight_packed, in_features, layer)
+    _check_frozen(layer, weight_scale=weight_scale)
     if _traced(x):
         return _int4_weight_only_linear_op(x, weight_packed, weight_scale, weight_zero_point, bias, group_size)
     impl = resolve("int4_weight_only", "linear", x.device)

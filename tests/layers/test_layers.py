@@ -185,6 +185,27 @@ def test_an_adapter_trains_through_a_quantized_model(recipe):
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_weight_buffer_that_requires_grad_is_a_clear_error(recipe, compiled):
+    """The weight's buffers get no gradient in any path. One set to require grad would otherwise get none
+    silently, or (the CPU reference, x not requiring grad) a gradient through the reference's arithmetic."""
+    layer = quantized(make_linear(256, 96), recipe)
+    run = torch.compile(layer, fullgraph=True, backend="aot_eager") if compiled else layer
+    torch._dynamo.reset()
+    float_buffers = [n for n in layer.quantized_buffers if getattr(layer, n).is_floating_point()]
+    assert "weight_scale" in float_buffers
+    for name in float_buffers:
+        getattr(layer, name).requires_grad_()
+        for x_requires_grad in (True, False):
+            x = torch.randn(3, 256, requires_grad=x_requires_grad)
+            with pytest.raises(RuntimeError, match=f"frozen.*{name}.*requires_grad_\\(False\\)"):
+                run(x)
+        with torch.no_grad():  # inference is unaffected
+            assert run(torch.randn(3, 256)).shape == (3, 96)
+        getattr(layer, name).requires_grad_(False)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
 def test_input_gradient_under_func_grad_and_checkpointing(recipe):
     """torch.func.grad and activation checkpointing (the forward recomputed in the backward) give the
     gradient that plain autograd gives."""
