@@ -117,6 +117,19 @@ def _no_double_backward(layer: str) -> Callable:
 def _register_grad_input(op, layer: str) -> None:
     op.register_autograd(_no_double_backward(layer), setup_context=lambda ctx, inputs, output: None)
 
+    def batched(info, in_dims, grad, *weight):
+        """vmap over the backward (per-sample gradients, jacrev): the batch is more rows of one call, where
+        vmap's fallback would dequantize the weight once a sample."""
+        if any(d is not None for d in in_dims[1:]):
+            raise NotImplementedError(f"{layer}: vmap over the quantized weight's buffers is not supported")
+        if in_dims[0] is None:
+            return op(grad, *weight), None
+        grad = grad.movedim(in_dims[0], 0)
+        out = op(grad.reshape(-1, grad.shape[-1]), *weight)
+        return out.reshape(*grad.shape[:-1], out.shape[-1]), 0
+
+    torch.library.register_vmap(op, batched)
+
 
 # --------------------------------------------------------------------------- fp8 block
 @torch.library.custom_op("quantkit::fp8_block_linear", mutates_args=())
@@ -317,6 +330,16 @@ class _EagerLinear(torch.autograd.Function):
         ctx.bias_dtype = bias.dtype if bias is not None and bias.requires_grad else None
 
     @staticmethod
+    def vmap(info, in_dims, x, bias, forward_fn, grad_input):
+        """``torch.func.vmap`` (per-sample gradients): every format is row-wise, its activation quantization
+        included (per token), so the batch is only more rows of one call."""
+        if in_dims[1] is not None:
+            raise NotImplementedError("vmap over a quantized layer's bias (one bias per sample) is not supported")
+        if in_dims[0] is None:
+            return _EagerLinear.apply(x, bias, forward_fn, grad_input), None
+        return _EagerLinear.apply(x.movedim(in_dims[0], 0), bias, forward_fn, grad_input), 0
+
+    @staticmethod
     def backward(ctx, grad):
         function, op, args = ctx.grad_input
         if _functorch_active():
@@ -338,6 +361,8 @@ def _functorch_active() -> bool:
 
 class _FirstOrderOnly(torch.autograd.Function):
     """``result`` (computed from ``upstream`` without a graph), linked to ``upstream`` by a node that raises."""
+
+    generate_vmap_rule = True  # the forward is a clone: jacrev vmaps over the backward that applies this
 
     @staticmethod
     def forward(result, upstream):

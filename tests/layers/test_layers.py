@@ -1,5 +1,6 @@
 """The four quantized layers: numerics against float64, shapes, dtypes, moves, compile, input gradients."""
 import copy
+import warnings
 
 import pytest
 import torch
@@ -218,6 +219,33 @@ def test_input_gradient_under_func_grad_and_checkpointing(recipe):
     assert torch.equal(torch.func.grad(lambda t: layer(t).square().sum())(x.detach()), want)
     checkpoint(layer, x, use_reentrant=False).square().sum().backward()
     assert torch.equal(x.grad, want)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_per_sample_gradients_and_jacobians_under_vmap(recipe):
+    """vmap over grad (per-sample gradients of an adapter in front of the layer) and jacrev (vmap over the
+    backward): the quantized layer is row-wise, so each sample gets what it gets alone."""
+    layer = quantized(make_linear(256, 96), recipe)
+    adapter = nn.Linear(64, 256)
+    params = {k: v.detach() for k, v in adapter.named_parameters()}
+
+    def loss(p, sample):
+        return layer(torch.func.functional_call(adapter, p, (sample,))).square().sum()
+
+    x = torch.randn(5, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # vmap's per-sample fallback ("performance drop") dequantizes B times
+        per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+    for i in range(len(x)):
+        alone = torch.func.grad(loss)(params, x[i])
+        for name in params:
+            assert rel_error(per_sample[name][i], alone[name]) < 1e-6, name
+    assert torch.equal(torch.func.vmap(layer)(x.new_ones(5, 3, 256)), layer(x.new_ones(5, 3, 256)))
+    # the Jacobian of y = x W^T (+ b) in x is W, the dequantized weight (the straight-through estimator
+    # for the formats that quantize x)
+    w = layer.dequantize()
+    assert rel_error(torch.func.jacrev(layer)(torch.randn(256)), w) < 1e-6
+    assert rel_error(torch.func.jacrev(layer)(torch.randn(2, 256))[1, :, 1], w) < 1e-6
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
