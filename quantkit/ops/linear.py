@@ -14,14 +14,16 @@ reference elsewhere, then one matmul in the gradient's dtype.
 
 The plain-Python entry points (``fp8_block_linear`` ...) go through ``torch.ops.quantkit.*`` only when
 compiling (or on meta tensors). In eager mode they skip the dispatcher, whose overhead would otherwise be
-paid on every decode step; where autograd records (``x`` or a bias requires grad) they apply the same
-autograd rule as a ``torch.autograd.Function`` (:class:`_EagerLinear`).
+paid on every decode step; where autograd records (``x`` or a bias requires grad, forward-mode AD, a
+``torch.func`` transform) they apply the same autograd rule as a ``torch.autograd.Function``
+(:class:`_EagerLinear`).
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from quantkit.ops.dispatch import resolve
@@ -173,7 +175,7 @@ def fp8_block_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Opti
     if _records_grad(x, bias):
         return _EagerLinear.apply(
             x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias, block_size, scale_fmt),
-            (_fp8_block_grad_input, _fp8_block_grad_input_op, (weight, weight_scale, block_size)))
+            (_fp8_block_grad_input, _fp8_block_grad_input_op, (weight, weight_scale, block_size), "fp8_block"))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias, block_size, scale_fmt)
 
 
@@ -217,7 +219,7 @@ def int8_dynamic_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: O
     impl = resolve("int8_dynamic", "linear", x.device)
     if _records_grad(x, bias):
         return _EagerLinear.apply(x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias),
-                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale)))
+                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale), "int8_weight_only"))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
 
 
@@ -245,7 +247,7 @@ def int8_weight_only_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bia
     impl = resolve("int8_weight_only", "linear", x.device)
     if _records_grad(x, bias):
         return _EagerLinear.apply(x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias),
-                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale)))
+                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale), "int8_weight_only"))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
 
 
@@ -295,7 +297,8 @@ def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tens
     if _records_grad(x, bias):
         return _EagerLinear.apply(
             x, bias, lambda x2: _run_2d(impl, x2, n, weight_packed, weight_scale, weight_zero_point, bias, group_size),
-            (_int4_grad_input, _int4_grad_input_op, (weight_packed, weight_scale, weight_zero_point, group_size)))
+            (_int4_grad_input, _int4_grad_input_op, (weight_packed, weight_scale, weight_zero_point, group_size),
+             "int4_weight_only"))
     return _run_2d(impl, x, n, weight_packed, weight_scale, weight_zero_point, bias, group_size)
 
 
@@ -306,8 +309,12 @@ def _traced(x: Tensor) -> bool:
 
 def _records_grad(x: Tensor, bias: Optional[Tensor]) -> bool:
     """Autograd records this call: for ``x``, or for a bias that requires grad (the kernels' outputs carry no
-    autograd history of their own)."""
-    return (x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled()
+    autograd history of their own); or forward-mode AD or a functorch transform is active, which would
+    otherwise differentiate or batch the CPU reference's arithmetic (a zero derivative through the activation's
+    rounding) and reach a Triton kernel with tensors it cannot read."""
+    if (x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled():
+        return True
+    return _forward_ad._current_level >= 0 or _transforms_active()
 
 
 class _EagerLinear(torch.autograd.Function):
@@ -315,9 +322,10 @@ class _EagerLinear(torch.autograd.Function):
     dispatch, which cost 120–280 µs of host time a call on the H100 host (torch 2.11; a training step of a
     4096² layer at M = 128 took 1.0 ms against bf16's 0.12; ``scripts/probe_backward_host.py``). ``forward_fn``
     runs the kernel on ``x``. ``grad_input`` is (function, its custom op, the weight's arguments after the
-    gradient): the function maps a 2-D output gradient to the input's; the op does the same through the
-    dispatcher, which functorch transforms (``torch.func.grad``) need — their backward hands over wrapped
-    tensors, which have no storage for a Triton kernel to read, and the dispatcher unwraps them for an op."""
+    gradient, the family whose ``dequantize_weight`` they take): the function maps a 2-D output gradient to the
+    input's; the op does the same through the dispatcher, which functorch transforms (``torch.func.grad``)
+    need — their backward hands over wrapped tensors, which have no storage for a Triton kernel to read, and
+    the dispatcher unwraps them for an op. Forward-mode AD uses the family's dequantizer (:meth:`jvp`)."""
 
     @staticmethod
     def forward(x, bias, forward_fn, grad_input):
@@ -327,6 +335,7 @@ class _EagerLinear(torch.autograd.Function):
     def setup_context(ctx, inputs, output):  # (a separate setup_context: torch.func.grad can then use it)
         x, bias, _, grad_input = inputs
         ctx.grad_input, ctx.x_shape = grad_input, x.shape
+        ctx.y_shape, ctx.y_dtype = output.shape, output.dtype
         ctx.bias_dtype = bias.dtype if bias is not None and bias.requires_grad else None
 
     @staticmethod
@@ -340,8 +349,21 @@ class _EagerLinear(torch.autograd.Function):
         return _EagerLinear.apply(x.movedim(in_dims[0], 0), bias, forward_fn, grad_input), 0
 
     @staticmethod
+    def jvp(ctx, x_tangent, bias_tangent, _forward_fn, _grad_input):
+        """Forward-mode AD (torch.func.jvp, jacfwd, dual tensors): the backward's rule transposed, y's tangent
+        is x's times W^T (the straight-through estimator where the forward quantizes x)."""
+        *_, args, family = ctx.grad_input
+        y_tangent = None
+        if x_tangent is not None:
+            y_tangent = x_tangent @ _dequantized(family, x_tangent.dtype, *args).t()
+        if bias_tangent is not None:
+            bias_tangent = bias_tangent.to(ctx.y_dtype)
+            y_tangent = bias_tangent.expand(ctx.y_shape) if y_tangent is None else y_tangent + bias_tangent
+        return y_tangent
+
+    @staticmethod
     def backward(ctx, grad):
-        function, op, args = ctx.grad_input
+        function, op, args, _ = ctx.grad_input
         if _functorch_active():
             function = op
         create_graph = torch.is_grad_enabled()
@@ -359,6 +381,13 @@ def _functorch_active() -> bool:
         return True
 
 
+def _transforms_active() -> bool:
+    try:
+        return torch._C._are_functorch_transforms_active()
+    except AttributeError:  # a torch without the query: as before it, the autograd Function only where grad is
+        return False
+
+
 class _FirstOrderOnly(torch.autograd.Function):
     """``result`` (computed from ``upstream`` without a graph), linked to ``upstream`` by a node that raises."""
 
@@ -374,4 +403,8 @@ class _FirstOrderOnly(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        raise RuntimeError("second-order gradients through a quantized layer are not supported")
+
+    @staticmethod
+    def jvp(ctx, result_tangent, upstream_tangent):  # forward over reverse (torch.func.hessian)
         raise RuntimeError("second-order gradients through a quantized layer are not supported")

@@ -249,6 +249,27 @@ def test_per_sample_gradients_and_jacobians_under_vmap(recipe):
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_forward_mode_gradients_follow_the_dequantized_weight(recipe):
+    """Forward-mode AD (torch.func.jvp, jacfwd, dual tensors) gives the backward's rule: the tangent of y is
+    x's tangent times W^T, the straight-through estimator for the formats that quantize x (whose rounding
+    would otherwise give a zero derivative)."""
+    import torch.autograd.forward_ad as fwAD
+
+    layer = quantized(make_linear(256, 96), recipe)
+    w = layer.dequantize(torch.float64)
+    x, tangent = torch.randn(2, 3, 256), torch.randn(2, 3, 256)
+    want = tangent.double() @ w.t()
+    y, y_tangent = torch.func.jvp(layer, (x,), (tangent,))
+    assert torch.equal(y, layer(x)) and rel_error(y_tangent, want) < 1e-6
+    with fwAD.dual_level():
+        y_tangent = fwAD.unpack_dual(layer(fwAD.make_dual(x, tangent))).tangent
+    assert y_tangent is not None and rel_error(y_tangent, want) < 1e-6
+    assert rel_error(torch.func.jacfwd(layer)(torch.randn(256)), w) < 1e-6
+    with pytest.raises(RuntimeError, match="second-order gradients"):
+        torch.func.hessian(lambda t: layer(t).square().sum())(torch.randn(256))
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
 def test_eager_backward_through_the_input_gradient_op(recipe, monkeypatch):
     """Under a functorch transform the eager backward calls the input gradient's custom op (which unwraps
     functorch's tensors for the Triton kernels): the same gradient as the plain function's."""
