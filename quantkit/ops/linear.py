@@ -44,17 +44,16 @@ def _check_input(x: Tensor, weight: Tensor, in_features: int, layer) -> None:
                          f"move the model with model.to({str(x.device)!r})")
 
 
-def _check_frozen(layer, **weight: Tensor) -> None:
-    """Raise where autograd records and a buffer of the weight requires grad. No path gives it a gradient (the
-    kernels and both autograd rules hold it constant), but the CPU reference's arithmetic would record one where
-    nothing else does, so the same code would get a gradient for it on the CPU and silently none on a GPU."""
-    if torch.is_grad_enabled():
-        named = [name for name, t in weight.items() if t.requires_grad]
-        if named:
-            label = getattr(layer, "_label", layer)
-            raise RuntimeError(f"{label}: the quantized weight is frozen and gets no gradient, but its buffer "
-                               f"{', '.join(named)} requires grad; call .requires_grad_(False) on it (train an "
-                               f"adapter or the bias instead)")
+def _check_frozen(layer, weight: Tensor, weight_scale: Tensor) -> None:
+    """Raise where autograd records and a float buffer of the weight (fp8 codes, a scale) requires grad. No path
+    gives it a gradient (the kernels and both autograd rules hold it constant), but the CPU reference's arithmetic
+    would record one where nothing else does: a gradient on the CPU, silently none on a GPU."""
+    if (weight.requires_grad or weight_scale.requires_grad) and torch.is_grad_enabled():
+        named = [name for name, t in (("weight", weight), ("weight_scale", weight_scale)) if t.requires_grad]
+        label = getattr(layer, "_label", layer)
+        raise RuntimeError(f"{label}: the quantized weight is frozen and gets no gradient, but its buffer "
+                           f"{', '.join(named)} requires grad; call .requires_grad_(False) on it (train an "
+                           f"adapter or the bias instead)")
 
 
 def _run_2d(impl: Callable, x: Tensor, out_features: int, *args) -> Tensor:
@@ -168,7 +167,7 @@ def fp8_block_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Opti
                      block_size: int = 128, scale_fmt: Optional[str] = None,
                      layer="Fp8BlockLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
-    _check_frozen(layer, weight=weight, weight_scale=weight_scale)
+    _check_frozen(layer, weight, weight_scale)
     if _traced(x):
         return _fp8_block_linear_op(x, weight, weight_scale, bias, block_size, scale_fmt or "")
     impl = resolve("fp8_block", "linear", x.device)
@@ -213,7 +212,7 @@ _register(_int8_dynamic_linear_op, _int8_grad_input_op, weight_args=(1, 2), bias
 def int8_dynamic_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                         layer="Int8DynamicLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
-    _check_frozen(layer, weight_scale=weight_scale)
+    _check_frozen(layer, weight, weight_scale)
     if _traced(x):
         return _int8_dynamic_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_dynamic", "linear", x.device)
@@ -241,7 +240,7 @@ _register(_int8_weight_only_linear_op, _int8_grad_input_op, weight_args=(1, 2), 
 def int8_weight_only_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                             layer="Int8WeightOnlyLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
-    _check_frozen(layer, weight_scale=weight_scale)
+    _check_frozen(layer, weight, weight_scale)
     if _traced(x):
         return _int8_weight_only_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_weight_only", "linear", x.device)
@@ -289,7 +288,7 @@ def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tens
                             bias: Optional[Tensor], group_size: int, in_features: int,
                             layer="Int4WeightOnlyLinear") -> Tensor:
     _check_input(x, weight_packed, in_features, layer)
-    _check_frozen(layer, weight_scale=weight_scale)
+    _check_frozen(layer, weight_packed, weight_scale)
     if _traced(x):
         return _int4_weight_only_linear_op(x, weight_packed, weight_scale, weight_zero_point, bias, group_size)
     impl = resolve("int4_weight_only", "linear", x.device)
@@ -315,6 +314,10 @@ def _records_grad(x: Tensor, bias: Optional[Tensor]) -> bool:
     if (x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled():
         return True
     return _forward_ad._current_level >= 0 or _transforms_active()
+
+
+# A torch without the query: transforms go undetected, and the Function runs where grad is recorded.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 class _EagerLinear(torch.autograd.Function):
@@ -379,13 +382,6 @@ def _functorch_active() -> bool:
         return torch._C._are_functorch_transforms_active()
     except AttributeError:  # a torch without the query: the op path, which is right everywhere
         return True
-
-
-def _transforms_active() -> bool:
-    try:
-        return torch._C._are_functorch_transforms_active()
-    except AttributeError:  # a torch without the query: as before it, the autograd Function only where grad is
-        return False
 
 
 class _FirstOrderOnly(torch.autograd.Function):
