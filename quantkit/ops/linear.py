@@ -14,14 +14,16 @@ reference elsewhere, then one matmul in the gradient's dtype.
 
 The plain-Python entry points (``fp8_block_linear`` ...) go through ``torch.ops.quantkit.*`` only when
 compiling (or on meta tensors). In eager mode they skip the dispatcher, whose overhead would otherwise be
-paid on every decode step; where autograd records (``x`` or a bias requires grad) they apply the same
-autograd rule as a ``torch.autograd.Function`` (:class:`_EagerLinear`).
+paid on every decode step; where autograd records (``x`` or a bias requires grad, forward-mode AD, a
+``torch.func`` transform) they apply the same autograd rule as a ``torch.autograd.Function``
+(:class:`_EagerLinear`).
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
 from quantkit.ops.dispatch import resolve
@@ -40,6 +42,18 @@ def _check_input(x: Tensor, weight: Tensor, in_features: int, layer) -> None:
             raise TypeError(f"{label}: input dtype must be bfloat16, float16 or float32, got {x.dtype}")
         raise ValueError(f"{label}: input is on {x.device} but the quantized weight is on {weight.device}; "
                          f"move the model with model.to({str(x.device)!r})")
+
+
+def _check_frozen(layer, weight: Tensor, weight_scale: Tensor) -> None:
+    """Raise where autograd records and a float buffer of the weight (fp8 codes, a scale) requires grad. No path
+    gives it a gradient (the kernels and both autograd rules hold it constant), but the CPU reference's arithmetic
+    would record one where nothing else does: a gradient on the CPU, silently none on a GPU."""
+    if (weight.requires_grad or weight_scale.requires_grad) and torch.is_grad_enabled():
+        named = [name for name, t in (("weight", weight), ("weight_scale", weight_scale)) if t.requires_grad]
+        label = getattr(layer, "_label", layer)
+        raise RuntimeError(f"{label}: the quantized weight is frozen and gets no gradient, but its buffer "
+                           f"{', '.join(named)} requires grad; call .requires_grad_(False) on it (train an "
+                           f"adapter or the bias instead)")
 
 
 def _run_2d(impl: Callable, x: Tensor, out_features: int, *args) -> Tensor:
@@ -135,6 +149,19 @@ def _no_double_backward(layer: str) -> Callable:
 def _register_grad_input(op, layer: str) -> None:
     op.register_autograd(_no_double_backward(layer), setup_context=lambda ctx, inputs, output: None)
 
+    def batched(info, in_dims, grad, *weight):
+        """vmap over the backward (per-sample gradients, jacrev): the batch is more rows of one call, where
+        vmap's fallback would dequantize the weight once a sample."""
+        if any(d is not None for d in in_dims[1:]):
+            raise NotImplementedError(f"{layer}: vmap over the quantized weight's buffers is not supported")
+        if in_dims[0] is None:
+            return op(grad, *weight), None
+        grad = grad.movedim(in_dims[0], 0)
+        out = op(grad.reshape(-1, grad.shape[-1]), *weight)
+        return out.reshape(*grad.shape[:-1], out.shape[-1]), 0
+
+    torch.library.register_vmap(op, batched)
+
 
 # --------------------------------------------------------------------------- fp8 block
 @_op("fp8_block_linear", "(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias, int block_size, str scale_fmt) -> Tensor")
@@ -171,13 +198,14 @@ def fp8_block_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Opti
                      block_size: int = 128, scale_fmt: Optional[str] = None,
                      layer="Fp8BlockLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
+    _check_frozen(layer, weight, weight_scale)
     if _traced(x):
         return _fp8_block_linear_op(x, weight, weight_scale, bias, block_size, scale_fmt or "")
     impl = resolve("fp8_block", "linear", x.device)
     if _records_grad(x, bias):
         return _EagerLinear.apply(
             x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias, block_size, scale_fmt),
-            (_fp8_block_grad_input, _fp8_block_grad_input_op, (weight, weight_scale, block_size)))
+            (_fp8_block_grad_input, _fp8_block_grad_input_op, (weight, weight_scale, block_size), "fp8_block"))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias, block_size, scale_fmt)
 
 
@@ -215,12 +243,13 @@ _register(_int8_dynamic_linear_op, _int8_grad_input_op, weight_args=(1, 2), bias
 def int8_dynamic_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                         layer="Int8DynamicLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
+    _check_frozen(layer, weight, weight_scale)
     if _traced(x):
         return _int8_dynamic_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_dynamic", "linear", x.device)
     if _records_grad(x, bias):
         return _EagerLinear.apply(x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias),
-                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale)))
+                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale), "int8_weight_only"))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
 
 
@@ -242,12 +271,13 @@ _register(_int8_weight_only_linear_op, _int8_grad_input_op, weight_args=(1, 2), 
 def int8_weight_only_linear(x: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor],
                             layer="Int8WeightOnlyLinear") -> Tensor:
     _check_input(x, weight, weight.shape[1], layer)
+    _check_frozen(layer, weight, weight_scale)
     if _traced(x):
         return _int8_weight_only_linear_op(x, weight, weight_scale, bias)
     impl = resolve("int8_weight_only", "linear", x.device)
     if _records_grad(x, bias):
         return _EagerLinear.apply(x, bias, lambda x2: _run_2d(impl, x2, weight.shape[0], weight, weight_scale, bias),
-                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale)))
+                                  (_int8_grad_input, _int8_grad_input_op, (weight, weight_scale), "int8_weight_only"))
     return _run_2d(impl, x, weight.shape[0], weight, weight_scale, bias)
 
 
@@ -289,6 +319,7 @@ def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tens
                             bias: Optional[Tensor], group_size: int, in_features: int,
                             layer="Int4WeightOnlyLinear") -> Tensor:
     _check_input(x, weight_packed, in_features, layer)
+    _check_frozen(layer, weight_packed, weight_scale)
     if _traced(x):
         return _int4_weight_only_linear_op(x, weight_packed, weight_scale, weight_zero_point, bias, group_size)
     impl = resolve("int4_weight_only", "linear", x.device)
@@ -296,7 +327,8 @@ def int4_weight_only_linear(x: Tensor, weight_packed: Tensor, weight_scale: Tens
     if _records_grad(x, bias):
         return _EagerLinear.apply(
             x, bias, lambda x2: _run_2d(impl, x2, n, weight_packed, weight_scale, weight_zero_point, bias, group_size),
-            (_int4_grad_input, _int4_grad_input_op, (weight_packed, weight_scale, weight_zero_point, group_size)))
+            (_int4_grad_input, _int4_grad_input_op, (weight_packed, weight_scale, weight_zero_point, group_size),
+             "int4_weight_only"))
     return _run_2d(impl, x, n, weight_packed, weight_scale, weight_zero_point, bias, group_size)
 
 
@@ -307,8 +339,16 @@ def _traced(x: Tensor) -> bool:
 
 def _records_grad(x: Tensor, bias: Optional[Tensor]) -> bool:
     """Autograd records this call: for ``x``, or for a bias that requires grad (the kernels' outputs carry no
-    autograd history of their own)."""
-    return (x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled()
+    autograd history of their own); or forward-mode AD or a functorch transform is active, which would
+    otherwise differentiate or batch the CPU reference's arithmetic (a zero derivative through the activation's
+    rounding) and reach a Triton kernel with tensors it cannot read."""
+    if (x.requires_grad or (bias is not None and bias.requires_grad)) and torch.is_grad_enabled():
+        return True
+    return _forward_ad._current_level >= 0 or _transforms_active()
+
+
+# A torch without the query: transforms go undetected, and the Function runs where grad is recorded.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
 class _EagerLinear(torch.autograd.Function):
@@ -316,9 +356,10 @@ class _EagerLinear(torch.autograd.Function):
     dispatch, which cost 120–280 µs of host time a call on the H100 host (torch 2.11; a training step of a
     4096² layer at M = 128 took 1.0 ms against bf16's 0.12; ``scripts/probe_backward_host.py``). ``forward_fn``
     runs the kernel on ``x``. ``grad_input`` is (function, its custom op, the weight's arguments after the
-    gradient): the function maps a 2-D output gradient to the input's; the op does the same through the
-    dispatcher, which functorch transforms (``torch.func.grad``) need — their backward hands over wrapped
-    tensors, which have no storage for a Triton kernel to read, and the dispatcher unwraps them for an op."""
+    gradient, the family whose ``dequantize_weight`` they take): the function maps a 2-D output gradient to the
+    input's; the op does the same through the dispatcher, which functorch transforms (``torch.func.grad``)
+    need — their backward hands over wrapped tensors, which have no storage for a Triton kernel to read, and
+    the dispatcher unwraps them for an op. Forward-mode AD uses the family's dequantizer (:meth:`jvp`)."""
 
     @staticmethod
     def forward(x, bias, forward_fn, grad_input):
@@ -328,11 +369,35 @@ class _EagerLinear(torch.autograd.Function):
     def setup_context(ctx, inputs, output):  # (a separate setup_context: torch.func.grad can then use it)
         x, bias, _, grad_input = inputs
         ctx.grad_input, ctx.x_shape = grad_input, x.shape
+        ctx.y_shape, ctx.y_dtype = output.shape, output.dtype
         ctx.bias_dtype = bias.dtype if bias is not None and bias.requires_grad else None
 
     @staticmethod
+    def vmap(info, in_dims, x, bias, forward_fn, grad_input):
+        """``torch.func.vmap`` (per-sample gradients): every format is row-wise, its activation quantization
+        included (per token), so the batch is only more rows of one call."""
+        if in_dims[1] is not None:
+            raise NotImplementedError("vmap over a quantized layer's bias (one bias per sample) is not supported")
+        if in_dims[0] is None:
+            return _EagerLinear.apply(x, bias, forward_fn, grad_input), None
+        return _EagerLinear.apply(x.movedim(in_dims[0], 0), bias, forward_fn, grad_input), 0
+
+    @staticmethod
+    def jvp(ctx, x_tangent, bias_tangent, _forward_fn, _grad_input):
+        """Forward-mode AD (torch.func.jvp, jacfwd, dual tensors): the backward's rule transposed, y's tangent
+        is x's times W^T (the straight-through estimator where the forward quantizes x)."""
+        *_, args, family = ctx.grad_input
+        y_tangent = None
+        if x_tangent is not None:
+            y_tangent = x_tangent @ _dequantized(family, x_tangent.dtype, *args).t()
+        if bias_tangent is not None:
+            bias_tangent = bias_tangent.to(ctx.y_dtype)
+            y_tangent = bias_tangent.expand(ctx.y_shape) if y_tangent is None else y_tangent + bias_tangent
+        return y_tangent
+
+    @staticmethod
     def backward(ctx, grad):
-        function, op, args = ctx.grad_input
+        function, op, args, _ = ctx.grad_input
         if _functorch_active():
             function = op
         create_graph = torch.is_grad_enabled()
@@ -353,6 +418,8 @@ def _functorch_active() -> bool:
 class _FirstOrderOnly(torch.autograd.Function):
     """``result`` (computed from ``upstream`` without a graph), linked to ``upstream`` by a node that raises."""
 
+    generate_vmap_rule = True  # the forward is a clone: jacrev vmaps over the backward that applies this
+
     @staticmethod
     def forward(result, upstream):
         return result.clone()
@@ -363,4 +430,8 @@ class _FirstOrderOnly(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        raise RuntimeError("second-order gradients through a quantized layer are not supported")
+
+    @staticmethod
+    def jvp(ctx, result_tangent, upstream_tangent):  # forward over reverse (torch.func.hessian)
         raise RuntimeError("second-order gradients through a quantized layer are not supported")

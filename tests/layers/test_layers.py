@@ -1,5 +1,6 @@
 """The four quantized layers: numerics against float64, shapes, dtypes, moves, compile, input gradients."""
 import copy
+import warnings
 
 import pytest
 import torch
@@ -185,6 +186,27 @@ def test_an_adapter_trains_through_a_quantized_model(recipe):
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_weight_buffer_that_requires_grad_is_a_clear_error(recipe, compiled):
+    """The weight's buffers get no gradient in any path. One set to require grad would otherwise get none
+    silently, or (the CPU reference, x not requiring grad) a gradient through the reference's arithmetic."""
+    layer = quantized(make_linear(256, 96), recipe)
+    run = torch.compile(layer, fullgraph=True, backend="aot_eager") if compiled else layer
+    torch._dynamo.reset()
+    float_buffers = [n for n in layer.quantized_buffers if getattr(layer, n).is_floating_point()]
+    assert "weight_scale" in float_buffers
+    for name in float_buffers:
+        getattr(layer, name).requires_grad_()
+        for x_requires_grad in (True, False):
+            x = torch.randn(3, 256, requires_grad=x_requires_grad)
+            with pytest.raises(RuntimeError, match=f"frozen.*{name}.*requires_grad_\\(False\\)"):
+                run(x)
+        with torch.no_grad():  # inference is unaffected
+            assert run(torch.randn(3, 256)).shape == (3, 96)
+        getattr(layer, name).requires_grad_(False)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
 def test_input_gradient_under_func_grad_and_checkpointing(recipe):
     """torch.func.grad and activation checkpointing (the forward recomputed in the backward) give the
     gradient that plain autograd gives."""
@@ -197,6 +219,54 @@ def test_input_gradient_under_func_grad_and_checkpointing(recipe):
     assert torch.equal(torch.func.grad(lambda t: layer(t).square().sum())(x.detach()), want)
     checkpoint(layer, x, use_reentrant=False).square().sum().backward()
     assert torch.equal(x.grad, want)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_per_sample_gradients_and_jacobians_under_vmap(recipe):
+    """vmap over grad (per-sample gradients of an adapter in front of the layer) and jacrev (vmap over the
+    backward): the quantized layer is row-wise, so each sample gets what it gets alone."""
+    layer = quantized(make_linear(256, 96), recipe)
+    adapter = nn.Linear(64, 256)
+    params = {k: v.detach() for k, v in adapter.named_parameters()}
+
+    def loss(p, sample):
+        return layer(torch.func.functional_call(adapter, p, (sample,))).square().sum()
+
+    x = torch.randn(5, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # vmap's per-sample fallback ("performance drop") dequantizes B times
+        per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+    for i in range(len(x)):
+        alone = torch.func.grad(loss)(params, x[i])
+        for name in params:
+            assert rel_error(per_sample[name][i], alone[name]) < 1e-6, name
+    assert torch.equal(torch.func.vmap(layer)(x.new_ones(5, 3, 256)), layer(x.new_ones(5, 3, 256)))
+    # the Jacobian of y = x W^T (+ b) in x is W, the dequantized weight (the straight-through estimator
+    # for the formats that quantize x)
+    w = layer.dequantize()
+    assert rel_error(torch.func.jacrev(layer)(torch.randn(256)), w) < 1e-6
+    assert rel_error(torch.func.jacrev(layer)(torch.randn(2, 256))[1, :, 1], w) < 1e-6
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_forward_mode_gradients_follow_the_dequantized_weight(recipe):
+    """Forward-mode AD (torch.func.jvp, jacfwd, dual tensors) gives the backward's rule: the tangent of y is
+    x's tangent times W^T, the straight-through estimator for the formats that quantize x (whose rounding
+    would otherwise give a zero derivative)."""
+    import torch.autograd.forward_ad as fwAD
+
+    layer = quantized(make_linear(256, 96), recipe)
+    w = layer.dequantize(torch.float64)
+    x, tangent = torch.randn(2, 3, 256), torch.randn(2, 3, 256)
+    want = tangent.double() @ w.t()
+    y, y_tangent = torch.func.jvp(layer, (x,), (tangent,))
+    assert torch.equal(y, layer(x)) and rel_error(y_tangent, want) < 1e-6
+    with fwAD.dual_level():
+        y_tangent = fwAD.unpack_dual(layer(fwAD.make_dual(x, tangent))).tangent
+    assert y_tangent is not None and rel_error(y_tangent, want) < 1e-6
+    assert rel_error(torch.func.jacfwd(layer)(torch.randn(256)), w) < 1e-6
+    with pytest.raises(RuntimeError, match="second-order gradients"):
+        torch.func.hessian(lambda t: layer(t).square().sum())(torch.randn(256))
 
 
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
