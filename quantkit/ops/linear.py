@@ -77,8 +77,8 @@ class _Op:
     """A ``quantkit::`` operator defined with ``torch.library.Library``: the dispatcher calls ``fn`` itself.
     ``torch.library.custom_op`` wraps it in Python layers of its own (an aliasing check, a frame that Dynamo
     skips), ~20 µs of host time a call with the rest of its dispatch on the H100 host (round 36), paid once per
-    quantized layer and step by a model compiled without CUDA graphs. Callable like the op; ``register_fake``
-    and ``register_autograd`` as on a custom op."""
+    quantized layer and step by a model compiled without CUDA graphs. Callable like the op; ``register_fake``,
+    ``register_autograd`` and ``register_vmap`` as on a custom op."""
 
     def __init__(self, name: str, schema: str, fn: Callable) -> None:
         _LIB.define(name + schema)
@@ -95,6 +95,9 @@ class _Op:
 
     def register_autograd(self, backward: Callable, *, setup_context: Callable) -> None:
         torch.library.register_autograd(self.name, backward, setup_context=setup_context, lib=_LIB)
+
+    def register_vmap(self, fn: Callable) -> None:
+        torch.library.register_vmap(self.name, fn, lib=_LIB)
 
 
 def _op(name: str, schema: str) -> Callable[[Callable], _Op]:
@@ -160,7 +163,7 @@ def _register_grad_input(op, layer: str) -> None:
         out = op(grad.reshape(-1, grad.shape[-1]), *weight)
         return out.reshape(*grad.shape[:-1], out.shape[-1]), 0
 
-    torch.library.register_vmap(op, batched)
+    op.register_vmap(batched)
 
 
 # --------------------------------------------------------------------------- fp8 block

@@ -464,6 +464,36 @@ def test_input_gradient_gpu(recipe, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_func_transforms_gpu(recipe):
+    """vmap over grad (per-sample gradients), jacrev, jvp and dual tensors on the GPU's kernels, which cannot
+    read functorch's wrapped tensors: every transform must hand them plain ones."""
+    import torch.autograd.forward_ad as fwAD
+
+    layer = quantized(make_linear(1024, 384).cuda(), recipe)
+    w = layer.dequantize()
+    adapter = nn.Linear(64, 1024).cuda()
+    params = {k: v.detach() for k, v in adapter.named_parameters()}
+
+    def loss(p, sample):
+        return layer(torch.func.functional_call(adapter, p, (sample,))).square().sum()
+
+    x = torch.randn(6, 64, device="cuda")
+    per_sample = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0))(params, x)
+    for i in range(len(x)):
+        alone = torch.func.grad(loss)(params, x[i])
+        for name in params:
+            assert rel_error(per_sample[name][i], alone[name]) < 1e-2, (name, i)
+    assert rel_error(torch.func.jacrev(layer)(torch.randn(1024, device="cuda")), w) < 1e-2
+    xs, tangent = torch.randn(3, 1024, device="cuda"), torch.randn(3, 1024, device="cuda")
+    y, y_tangent = torch.func.jvp(layer, (xs,), (tangent,))
+    assert rel_error(y_tangent, tangent @ w.t()) < 1e-2
+    with fwAD.dual_level():
+        dual_tangent = fwAD.unpack_dual(layer(fwAD.make_dual(xs, tangent))).tangent
+    assert rel_error(dual_tangent, tangent @ w.t()) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
 def test_backward_compiles_gpu(recipe):
     """Forward and backward under torch.compile's default backend (Inductor) on the GPU, as eager."""
     model = nn.Sequential(make_linear(512, 384, dtype=torch.bfloat16), nn.GELU(),
