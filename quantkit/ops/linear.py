@@ -142,6 +142,15 @@ def _dequantized(family: str, dtype: torch.dtype, *weight) -> Tensor:
     return resolve(family, "dequantize_weight", weight[0].device)(*weight, dtype=dtype)
 
 
+def _reference_dequantized(family: str, dtype: torch.dtype, *weight) -> Tensor:
+    """:func:`_dequantized` by the PyTorch reference, whatever the device."""
+    from quantkit import reference
+
+    function = {"fp8_block": reference.dequantize_weight_fp8_block, "int8_weight_only": reference.dequantize_weight_int8,
+                "int4_weight_only": reference.dequantize_weight_int4}[family]
+    return function(*weight, dtype=dtype)
+
+
 def _no_double_backward(layer: str) -> Callable:
     def backward(ctx, grad):
         raise RuntimeError(f"{layer}: second-order gradients through a quantized layer are not supported")
@@ -392,7 +401,10 @@ class _EagerLinear(torch.autograd.Function):
         *_, args, family = ctx.grad_input
         y_tangent = None
         if x_tangent is not None:
-            y_tangent = x_tangent @ _dequantized(family, x_tangent.dtype, *args).t()
+            # under torch.func.jvp the Triton dequantizer meets tensors without storage (round 36, call 8): the
+            # reference's torch ops take them
+            dequantize = _reference_dequantized if _functorch_active() else _dequantized
+            y_tangent = x_tangent @ dequantize(family, x_tangent.dtype, *args).t()
         if bias_tangent is not None:
             bias_tangent = bias_tangent.to(ctx.y_dtype)
             y_tangent = bias_tangent.expand(ctx.y_shape) if y_tangent is None else y_tangent + bias_tangent
