@@ -375,7 +375,12 @@ class _EagerLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(x, bias, forward_fn, grad_input):
-        return forward_fn(x)
+        y = forward_fn(x)
+        if y._base is not None and _forward_ad._current_level >= 0:
+            # forward AD lays the tangent out as the output's base: a view into the kernel's block (the output
+            # with its split-K workspace behind it, kernels/workspace.py) failed an internal assert (call 9)
+            y = y.clone()
+        return y
 
     @staticmethod
     def setup_context(ctx, inputs, output):  # (a separate setup_context: torch.func.grad can then use it)
