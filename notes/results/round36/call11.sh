@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Round 36, call 11 (two H200s, lent late in the session): the device guard's two-GPU test, never run before
+# Round 36, calls 11 and 12 (two H200s, lent late in the session): the device guard's two-GPU test, never run before
 # (a layer quantized and called on cuda:1 while cuda:0 is current runs its kernels on cuda:1).
 set -u
 export PYTHONPATH=$PWD TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
