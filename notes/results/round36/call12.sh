@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Round 36, calls 11 and 12 (two H200s, lent late in the session): the device guard's two-GPU test, never run before
-# Call 12: call 11 again after the test's fix (int4 on cuda:1 compared with the same quantizer on cuda:0, not the CPU).
 # (a layer quantized and called on cuda:1 while cuda:0 is current runs its kernels on cuda:1).
+# Call 12: call 11 again after the test's fix (int4 on cuda:1 compared with the same quantizer on cuda:0, not the CPU).
 set -u
 export PYTHONPATH=$PWD TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
 mkdir -p $OUT/r
