@@ -443,6 +443,12 @@ def test_layer_on_a_second_gpu_runs_there_gpu(recipe):
                 y = layer(x)
                 assert y.device == x.device and torch.cuda.current_device() == 0
                 assert rel_error(y, want) < 1e-2, (recipe, m)
+    # the input gradient on cuda:1 (the family's dequantizer launched there) while cuda:0 is current
+    with torch.cuda.device(0):
+        x = torch.randn(33, 512, dtype=torch.bfloat16, device="cuda:1", requires_grad=True)
+        grad = torch.randn(33, 384, dtype=torch.bfloat16, device="cuda:1")
+        layer(x).backward(grad)
+        assert rel_error(x.grad, grad.double() @ layer.dequantize(torch.float64)) < 1e-2
 
 
 @pytest.mark.gpu
