@@ -408,7 +408,7 @@ class _EagerLinear(torch.autograd.Function):
         if x_tangent is not None:
             # under torch.func.jvp the Triton dequantizer meets tensors without storage (round 36, call 8): the
             # reference's torch ops take them
-            dequantize = _reference_dequantized if _functorch_active() else _dequantized
+            dequantize = _reference_dequantized if _transforms_active() else _dequantized
             y_tangent = x_tangent @ dequantize(family, x_tangent.dtype, *args).t()
         if bias_tangent is not None:
             bias_tangent = bias_tangent.to(ctx.y_dtype)
@@ -418,7 +418,7 @@ class _EagerLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         function, op, args, _ = ctx.grad_input
-        if _functorch_active():
+        if _transforms_active():
             function = op
         create_graph = torch.is_grad_enabled()
         with torch.no_grad():
@@ -426,13 +426,6 @@ class _EagerLinear(torch.autograd.Function):
         if create_graph and grad_x is not None:  # as the custom ops: a second backward through x's raises
             grad_x = _FirstOrderOnly.apply(grad_x, grad)
         return grad_x, grad_bias, None, None
-
-
-def _functorch_active() -> bool:
-    try:
-        return torch._C._are_functorch_transforms_active()
-    except AttributeError:  # a torch without the query: the op path, which is right everywhere
-        return True
 
 
 class _FirstOrderOnly(torch.autograd.Function):

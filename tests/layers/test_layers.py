@@ -279,7 +279,7 @@ def test_eager_backward_through_the_input_gradient_op(recipe, monkeypatch):
     x = torch.randn(2, 5, 256, dtype=torch.bfloat16, requires_grad=True)
     layer(x).float().square().sum().backward()
     want, x.grad = x.grad, None
-    monkeypatch.setattr(linear, "_functorch_active", lambda: True)
+    monkeypatch.setattr(linear, "_transforms_active", lambda: True)
     layer(x).float().square().sum().backward()
     assert torch.equal(x.grad, want)
 
