@@ -4,25 +4,16 @@ dequantizes (fp8-block's Triton kernel), and for the quantized layer; 4096², M 
 
     PYTHONPATH=. python scripts/probe_autograd_function.py
 """
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import quantkit
+from quantkit.bench.common import synced_us_per_call as us
 from quantkit.ops import linear as L
 
 
-def us(fn, n=200):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 lin = nn.Linear(4096, 4096, bias=False, dtype=torch.bfloat16, device="cuda").requires_grad_(False)
@@ -56,6 +47,6 @@ for name, f in (("bf16 F.linear", lambda x: F.linear(x, wd)), ("Function mm", MM
                 ("fp8-block layer", layer)):
     y = f(x)
     t = us(lambda: torch.autograd.grad(y, x, g, retain_graph=True))
-    t_direct = us(lambda: torch.autograd.grad(y, x, g, retain_graph=True), n=50)
+    t_direct = us(lambda: torch.autograd.grad(y, x, g, retain_graph=True), calls=50)
     print(f"{name}: autograd.grad {t:.1f} µs ({t_direct:.1f} on 50)", flush=True)
 print("switch interval", __import__("sys").getswitchinterval())

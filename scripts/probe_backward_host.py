@@ -6,23 +6,14 @@ cProfile of the recording forward.
 """
 import cProfile
 import pstats
-import time
 
 import torch
 from torch import nn
 
 import quantkit
+from quantkit.bench.common import synced_us_per_call as host_us
 
 
-def host_us(fn, n=200):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 lin = nn.Linear(4096, 4096, bias=False, dtype=torch.bfloat16, device="cuda").requires_grad_(False)

@@ -4,24 +4,15 @@ input-gradient function (both), and torch.autograd.grad on a kept graph (the who
 
     PYTHONPATH=. python scripts/probe_backward_parts.py
 """
-import time
 
 import torch
 from torch import nn
 
 import quantkit
+from quantkit.bench.common import synced_us_per_call as us
 from quantkit.ops import linear as L
 
 
-def us(fn, n=200):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 lin = nn.Linear(4096, 4096, bias=False, dtype=torch.bfloat16, device="cuda").requires_grad_(False)

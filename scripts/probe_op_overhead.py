@@ -7,24 +7,15 @@ F.linear eager and compiled; then a cProfile of the direct op calls.
 """
 import cProfile
 import pstats
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import quantkit
+from quantkit.bench.common import synced_us_per_call as us
 
 
-def us(fn, n=200):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / n * 1e6
 
 
 lin = nn.Linear(4096, 4096, bias=False, dtype=torch.bfloat16, device="cuda").requires_grad_(False)

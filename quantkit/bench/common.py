@@ -72,6 +72,19 @@ def host_us_per_call(fn: Callable[[], Any], calls: int = 100, batches: int = 5) 
     return statistics.median(per_batch)
 
 
+def synced_us_per_call(fn: Callable[[], Any], calls: int = 200, warmup: int = 10) -> float:
+    """Microseconds a call of ``calls`` back-to-back ``fn()`` calls, synchronized at the end: the larger of the
+    host's and the GPU's time a call (the probes of round 36 that set a training step's parts against bf16)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def _cpu_median_ms(fn: Callable[[], Any], warmup_ms: float, rep_ms: float, min_calls: int = 3,
                    max_calls: int = 1000) -> float:
     start = time.perf_counter()
