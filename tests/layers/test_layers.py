@@ -501,6 +501,26 @@ def test_func_transforms_gpu(recipe):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_gpu(recipe, dtype):
+    """Under CUDA autocast a float32 activation runs the kernels in the autocast dtype (the same bits as an
+    explicit cast), eagerly and compiled, and its gradient comes back in float32."""
+    layer = quantized(make_linear(1024, 384).cuda(), recipe)
+    x = torch.randn(40, 1024, device="cuda", requires_grad=True)
+    with torch.no_grad():
+        want = layer(x.detach().to(dtype))
+    with torch.autocast("cuda", dtype=dtype):
+        y = layer(x)
+        torch._dynamo.reset()
+        y_compiled = torch.compile(layer, fullgraph=True)(x)
+    assert y.dtype == dtype and torch.equal(y, want)
+    assert y_compiled.dtype == dtype and rel_error(y_compiled, want) < 1e-2
+    y.float().sum().backward()
+    assert x.grad.dtype == torch.float32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
 def test_backward_compiles_gpu(recipe):
     """Forward and backward under torch.compile's default backend (Inductor) on the GPU, as eager."""
     model = nn.Sequential(make_linear(512, 384, dtype=torch.bfloat16), nn.GELU(),
@@ -533,3 +553,22 @@ def test_input_layouts_gpu(recipe):
                 want = reference(x.contiguous(), *layer.kernel_args())
                 for _ in range(3):
                     assert rel_error(layer(x), want) < 1e-2, (recipe, m, name)
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_autocast_runs_the_layer_in_its_dtype(recipe):
+    """Under torch.autocast a quantized layer computes as nn.Linear does: in the autocast dtype, with an output of
+    that dtype, and the float32 input still gets its gradient."""
+    lin = make_linear(256, 96)
+    layer = quantized(copy.deepcopy(lin), recipe)
+    x = torch.randn(3, 256, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+        assert lin(x).dtype == torch.bfloat16  # nn.Linear's policy, which the quantized layer follows
+    assert y.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert torch.equal(y, layer(x.detach().to(torch.bfloat16)))
+    y.float().sum().backward()
+    assert x.grad is not None and x.grad.dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        assert layer(x).dtype == torch.float32
