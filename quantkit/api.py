@@ -171,6 +171,7 @@ def quantize_(
             raise ValueError(f"{plan.recipe_for(names[0])[0]} needs calibration inputs for {len(names)} layer(s) "
                              f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): "
                              f"quantize_(model, recipe, calibration=[input, ...])")
+        from quantkit.rounding import DATA_FREE_ROUNDING
         from quantkit.rounding.calibration import collect_input_moments
 
         moments = collect_input_moments(model, calibrated, calibration, progress=progress, allow_unreached=True)
@@ -178,7 +179,7 @@ def quantize_(
         if unreached:
             warnings.warn(f"quantkit: the calibration inputs never reached {len(unreached)} of {len(calibrated)} layers "
                           f"to calibrate ({', '.join(unreached[:3])}{', ...' if len(unreached) > 3 else ''}; an MoE "
-                          f"expert no token was routed to, say): they are rounded without data (rounding='search'); "
+                          f"expert no token was routed to, say): they are rounded without data (rounding={DATA_FREE_ROUNDING!r}); "
                           f"give more varied inputs to calibrate them", stacklevel=2)
 
     iterator: Iterable = targets
@@ -196,8 +197,6 @@ def quantize_(
             continue
         fallback = ""
         if name in calibrated and name not in moments:  # never reached by the calibration inputs
-            from quantkit.rounding import DATA_FREE_ROUNDING
-
             recipe_obj = dataclasses.replace(recipe_obj, rounding=DATA_FREE_ROUNDING)
             fallback = f"no calibration input reached it: rounding={DATA_FREE_ROUNDING!r}"
         if name in moments:
