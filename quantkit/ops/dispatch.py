@@ -96,6 +96,11 @@ def _resolve(family: str, function: str, device: torch.device) -> Callable:
     if forced == "triton":
         raise RuntimeError(f"QUANTKIT_BACKEND=triton but {family}.{function} cannot use Triton: {reason}")
     _report(family, function, device, "reference", reason)
+    return reference_function(family, function)
+
+
+def reference_function(family: str, function: str) -> Callable:
+    """The PyTorch reference of ``family.function``, whatever the device."""
     reference = importlib.import_module("quantkit.reference")
     return getattr(reference, _REFERENCE_NAMES[(family, function)])
 

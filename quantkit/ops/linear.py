@@ -27,7 +27,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 
-from quantkit.ops.dispatch import resolve
+from quantkit.ops.dispatch import reference_function, resolve
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -166,11 +166,7 @@ def _dequantized(family: str, dtype: torch.dtype, *weight) -> Tensor:
 
 def _reference_dequantized(family: str, dtype: torch.dtype, *weight) -> Tensor:
     """:func:`_dequantized` by the PyTorch reference, whatever the device."""
-    from quantkit import reference
-
-    function = {"fp8_block": reference.dequantize_weight_fp8_block, "int8_weight_only": reference.dequantize_weight_int8,
-                "int4_weight_only": reference.dequantize_weight_int4}[family]
-    return function(*weight, dtype=dtype)
+    return reference_function(family, "dequantize_weight")(*weight, dtype=dtype)
 
 
 def _no_double_backward(layer: str) -> Callable:
