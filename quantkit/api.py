@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from quantkit.layers import QuantizedLinear
+from quantkit.layers.experts import Expert, Experts, split_fused_experts
 from quantkit.recipes import QuantizationPlan, Recipe, RecipeLike, load_plan, unmatched_patterns
 
 QUANTIZED = "quantized"
@@ -26,6 +27,8 @@ class ModuleReport:
     shape: tuple[int, int]  # (out_features, in_features)
     bytes_before: int
     bytes_after: int
+    #: for one projection of one expert of a mixture-of-experts block: the name of the block's experts module
+    experts: str = ""
 
 
 @dataclass
@@ -67,14 +70,38 @@ class QuantizeReport:
 
     def __str__(self) -> str:
         lines = [self.summary()]
-        if self.modules:
-            width = max(len(m.name) for m in self.modules)
-            for m in self.modules:
+        rows = _grouped_rows(self.modules)
+        if rows:
+            width = max(len(name) for name, _, _, _ in rows)
+            for name, m, before, after in rows:
                 what = f"{m.status}: {m.reason}" if m.status != QUANTIZED else \
                     f"{m.recipe} ({m.reason})" if m.reason else m.recipe
-                lines.append(f"  {m.name:<{width}}  {m.shape[0]:>6}x{m.shape[1]:<6} "
-                             f"{_mib(m.bytes_before):>10} -> {_mib(m.bytes_after):>10}  {what}")
+                lines.append(f"  {name:<{width}}  {m.shape[0]:>6}x{m.shape[1]:<6} "
+                             f"{_mib(before):>10} -> {_mib(after):>10}  {what}")
         return "\n".join(lines)
+
+
+def _grouped_rows(modules: list[ModuleReport]) -> list[tuple[str, ModuleReport, int, int]]:
+    """(name, entry, bytes before, bytes after) per line: the projections of a block's experts that fared alike
+    (same projection, shape, outcome and reason) on one line as ``experts.*.down_proj (128 experts)``."""
+    rows: list[tuple[str, ModuleReport, int, int]] = []
+    groups: dict[tuple, int] = {}
+    counts: dict[int, int] = {}
+    for m in modules:
+        if not m.experts:
+            rows.append((m.name, m, m.bytes_before, m.bytes_after))
+            continue
+        child = m.name.rpartition(".")[2]
+        key = (m.experts, child, m.status, m.recipe, m.reason, m.shape)
+        if key not in groups:
+            groups[key] = len(rows)
+            rows.append((f"{m.experts}.*.{child}", m, 0, 0))
+        i = groups[key]
+        name, first, before, after = rows[i]
+        rows[i] = (name, first, before + m.bytes_before, after + m.bytes_after)
+        counts[i] = counts.get(i, 0) + 1
+    return [(f"{name} ({counts[i]} experts)" if i in counts else name, m, before, after)
+            for i, (name, m, before, after) in enumerate(rows)]
 
 
 def _mib(n: int) -> str:
@@ -144,8 +171,23 @@ def quantize_(
         raise TypeError("quantize_ replaces submodules in place and cannot replace the model itself: wrap a bare "
                         "nn.Linear (nn.Sequential(linear)) or use quantkit.quantize_linear(linear, recipe)")
     plan = load_plan(recipe).with_extra(ignore, overrides)
-    order = {name: i for i, (name, _) in enumerate(model.named_modules(remove_duplicate=False))}
     report = QuantizeReport()
+    # Fused MoE experts (3-D parameters) become one linear module per expert projection, quantized like any other;
+    # a block none of whose experts gets quantized is given its fused module back at the end.
+    split, kept_fused = split_fused_experts(model)
+    for name, (fused, _) in split.items():
+        hooks = _hooks_on(fused)
+        if hooks:
+            warnings.warn(f"quantkit: {name} had {hooks}, which the module that now holds its experts one linear "
+                          f"layer each does not carry", stacklevel=2)
+    order = {name: i for i, (name, _) in enumerate(model.named_modules(remove_duplicate=False))}
+    for name, why in kept_fused.items():
+        module = model.get_submodule(name)
+        nbytes = _nbytes(module)
+        shape = next(tuple(p.shape[-2:]) for p in module.parameters() if p.dim() >= 3)
+        warnings.warn(f"quantkit: kept {name} ({type(module).__name__}, fused experts) in high precision: {why}",
+                      stacklevel=2)
+        report.modules.append(ModuleReport(name, SKIPPED, None, why, shape, nbytes, nbytes))
     targets = _collect(model, plan, filter_fn, report)
     # The caller's own patterns (not a recipe file's, whose `ignore = ["lm_head"]` is meant for any model)
     # that match no linear module are most likely typos: say so rather than quantize what they meant to keep.
@@ -215,9 +257,24 @@ def quantize_(
         reason = "; ".join(filter(None, (f"weight was tied to {', '.join(tied[name][0])}" if name in tied else "",
                                          fallback)))
         report.modules.append(ModuleReport(name, QUANTIZED, str(recipe_obj), reason, _shape(linear),
-                                           _nbytes(linear), _nbytes(new)))
+                                           _nbytes(linear), _nbytes(new), _experts_of(name, parent)))
+    for name, (fused, experts) in split.items():
+        if not any(isinstance(m, QuantizedLinear) for m in experts.modules()):
+            parent_name, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, attr, fused)
+            continue
+        # experts kept in high precision next to quantized ones get weights of their own, so that the fused
+        # parameters their views point into (every expert's float weights) can be freed
+        for linear in experts.modules():
+            if isinstance(linear, nn.Linear) and not linear.weight.is_meta:
+                linear.weight = nn.Parameter(linear.weight.detach().clone(), requires_grad=linear.weight.requires_grad)
     report.modules.sort(key=lambda m: order.get(m.name, len(order)))
     return report
+
+
+def _experts_of(name: str, parent: nn.Module) -> str:
+    """The experts module's name when ``name`` is one projection of one expert ('' otherwise)."""
+    return name.rsplit(".", 2)[0] if isinstance(parent, Expert) else ""
 
 
 def _hooks_on(module: nn.Module) -> str:
@@ -263,6 +320,7 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
     # (quantizing it under one name only would leave a float and a quantized copy), and it is counted once.
     # id(module) -> (first name, the recipe the rules give that name, the recipe applied: None if kept)
     first: dict[int, tuple[str, Recipe | None, Recipe | None]] = {}
+    expert_warnings: dict[tuple[str, str], list[str]] = {}
     for parent_name, parent in model.named_modules(remove_duplicate=False):
         # _modules rather than named_children(): the latter hides a module registered twice.
         for child_name, child in list(parent._modules.items()):
@@ -297,9 +355,12 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
             nbytes = _nbytes(child)
 
             def skip(reason: str, recipe: Recipe | None = None, warn: bool = False) -> None:
+                experts = _experts_of(name, parent)
                 report.modules.append(ModuleReport(name, SKIPPED, str(recipe) if recipe else None, reason,
-                                                   _shape(child), nbytes, nbytes))
-                if warn:
+                                                   _shape(child), nbytes, nbytes, experts))
+                if warn and experts:  # one warning per experts module and reason, not one per expert
+                    expert_warnings.setdefault((experts, reason), []).append(name)
+                elif warn:
                     out_features, in_features = _shape(child)
                     warnings.warn(f"quantkit: kept {name} ({type(child).__name__} {out_features}x{in_features}) "
                                   f"in high precision: {reason}", stacklevel=4)
@@ -317,6 +378,10 @@ def _collect(model, plan: QuantizationPlan, filter_fn, report: QuantizeReport):
                 continue
             targets.append((name, parent, child_name, child, recipe))
             first[id(child)] = (name, planned, recipe)
+    for (experts, reason), names in expert_warnings.items():
+        warnings.warn(f"quantkit: kept {len(names)} expert projection{'s' if len(names) > 1 else ''} of {experts} "
+                      f"({', '.join(n[len(experts) + 1:] for n in names[:3])}{', ...' if len(names) > 3 else ''}) in "
+                      f"high precision: {reason}", stacklevel=3)
     return targets
 
 

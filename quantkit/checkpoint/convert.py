@@ -270,7 +270,8 @@ def _plan(ckpt: Checkpoint, config: dict, input_dir: Path, resolver: SchemeResol
           report: ConvertReport) -> list[_Unit]:
     arch = describe_architecture(input_dir, config) if use_architecture else None
     linear_names = arch.linear if arch is not None else None
-    mapper = NameMapper(arch.tensors if arch else (), arch.prefix if arch else "", ckpt.names())
+    mapper = NameMapper(arch.tensors if arch else (), arch.prefix if arch else "", ckpt.names(),
+                        arch.renamed if arch else None)
     report.linear_source = f"architecture {arch.name}" if arch is not None else "name heuristic"
     if linear_names is not None:  # with those without a tensor of their own (a tied lm_head)
         report.linear.extend(sorted(linear_names))

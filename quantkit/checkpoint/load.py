@@ -18,10 +18,11 @@ from torch import nn
 
 from quantkit.api import quantize_
 from quantkit.layers import QuantizedLinear
+from quantkit.layers.experts import Experts
 from quantkit.recipes import Recipe
 
 from .formats import SchemeResolver, decode, recipe_of
-from .model import CONFIG_NAME, NameMapper, build_model, read_config
+from .model import CONFIG_NAME, NameMapper, build_model, checkpoint_key_map, read_config, split_experts_for_checkpoint
 from .storage import Checkpoint, CheckpointError
 
 logger = logging.getLogger("quantkit")
@@ -64,9 +65,11 @@ def load_quantized(directory: str | os.PathLike, model: nn.Module | None = None,
     resolver = SchemeResolver.from_config(config.get("quantization_config"), where_config)
     if model is None:
         model = build_model(directory, config, _config_dtype(config))
+    split_experts_for_checkpoint(model, ckpt.names())
 
     expected = model.state_dict(keep_vars=True)
-    mapper = NameMapper(expected.keys(), getattr(model, "base_model_prefix", "") or "", ckpt.names())
+    mapper = NameMapper(expected.keys(), getattr(model, "base_model_prefix", "") or "", ckpt.names(),
+                        checkpoint_key_map(model) if _has_experts(model) else None)
 
     def locator(prefix: str):
         def where(suffix: str) -> str:
@@ -168,6 +171,10 @@ def load_quantized(directory: str | os.PathLike, model: nn.Module | None = None,
     if device.type != "cpu":
         model.to(device)
     return model.eval()
+
+
+def _has_experts(model: nn.Module) -> bool:
+    return any(isinstance(m, Experts) for m in model.modules())
 
 
 def _retie(model: nn.Module, aliases: dict[int, list[str]], state: dict[str, torch.Tensor]) -> None:

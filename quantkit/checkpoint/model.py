@@ -5,7 +5,8 @@ import contextlib
 import json
 import logging
 import re
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -87,6 +88,8 @@ class Architecture:
     linear: set[str]
     prefix: str
     tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]
+    #: {model key: checkpoint key} where the checkpoints name a tensor differently (see checkpoint_key_map)
+    renamed: dict[str, str] = field(default_factory=dict)
 
 
 def describe_architecture(directory: Path, config: dict[str, Any]) -> Architecture | None:
@@ -98,9 +101,13 @@ def describe_architecture(directory: Path, config: dict[str, Any]) -> Architectu
         logger.warning("quantkit: cannot build the architecture of %s (%s: %s); deciding which tensors are "
                        "Linear weights by name", directory, type(exc).__name__, exc)
         return None
+    from quantkit.layers.experts import split_fused_experts
+
+    split_fused_experts(model)  # fused MoE experts: one Linear per expert projection, as checkpoints store them
     linear = {name for name, module in model.named_modules() if isinstance(module, nn.Linear)}
     tensors = {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict(keep_vars=True).items()}
-    return Architecture(type(model).__name__, linear, getattr(model, "base_model_prefix", "") or "", tensors)
+    return Architecture(type(model).__name__, linear, getattr(model, "base_model_prefix", "") or "", tensors,
+                        checkpoint_key_map(model))
 
 
 # Module names that are not Linear layers although they hold a 2-D ".weight" (embeddings, norms).
@@ -118,14 +125,76 @@ def looks_linear(module: str, ckpt: Checkpoint) -> bool:
     return len(info.shape) == 2 and info.dtype.is_floating_point and not _NOT_LINEAR.search(module.split(".")[-1])
 
 
-class NameMapper:
-    """Map between checkpoint tensor names and model names when only a base-model prefix differs
-    (``bert.encoder...`` in a checkpoint of ``BertModel``, or the other way round)."""
+def split_experts_for_checkpoint(model: nn.Module, stored_names: Iterable[str]) -> None:
+    """Split the model's fused MoE experts (quantkit.layers.experts) wherever the checkpoint stores them one tensor per
+    expert projection, as transformers saves them: each projection is then a module of its own, loaded (and, stored
+    quantized, quantized) as any linear layer."""
+    from quantkit.layers.experts import fused_experts_params, split_fused_experts
 
-    def __init__(self, model_names: Iterable[str], prefix: str, ckpt_names: Iterable[str]) -> None:
+    stored = list(stored_names)
+    fused = [name for name, module in model.named_modules() if name and fused_experts_params(module)]
+    per_expert = [name for name in fused
+                  if not any(key.endswith(f"{name.rpartition('.')[2]}.gate_up_proj") for key in stored)]
+    if per_expert:
+        split_fused_experts(model, only=per_expert)
+
+
+def checkpoint_key_map(model: nn.Module) -> dict[str, str]:
+    """{model key: checkpoint key} for the keys a transformers model renames in its checkpoints (Mixtral's
+    ``mlp`` is ``block_sparse_moe`` on disk); keys stored under their own name are left out.
+
+    transformers' ``save_pretrained`` reverts its load-time conversions; quantkit runs that reversal on one small
+    tagged tensor per key and reads off the name each tag comes back under. Empty for other models, and when a
+    conversion does not map keys one to one.
+    """
+    if getattr(model, "config", None) is None:
+        return {}
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # transformers 4: checkpoints use the model's own names
+        return {}
+    keys = list(model.state_dict(keep_vars=True))
+    tags = {key: torch.tensor([float(i)]) for i, key in enumerate(keys)}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stored = revert_weight_conversion(model, tags)
+    except Exception:  # noqa: BLE001 - a conversion that cannot run on tags: names as in the model
+        return {}
+    out = {}
+    for ckpt_key, tag in stored.items():
+        if not isinstance(tag, torch.Tensor) or tag.numel() != 1:
+            return {}
+        key = keys[int(tag.item())]
+        if ckpt_key != key:
+            out[key] = ckpt_key
+    return out
+
+
+def module_key_map(key_map: dict[str, str]) -> dict[str, str]:
+    """{model module: checkpoint module} from a key map (the module of ``a.b.weight`` is ``a.b``)."""
+    out = {}
+    for key, ckpt_key in key_map.items():
+        module, _, leaf = key.rpartition(".")
+        ckpt_module, _, ckpt_leaf = ckpt_key.rpartition(".")
+        if leaf == ckpt_leaf and module and ckpt_module:
+            out[module] = ckpt_module
+    return out
+
+
+class NameMapper:
+    """Map between checkpoint tensor names and model names: a base-model prefix that differs (``bert.encoder...``
+    in a checkpoint of ``BertModel``, or the other way round), and the keys in ``renamed`` ({model key:
+    checkpoint key}, see :func:`checkpoint_key_map`)."""
+
+    def __init__(self, model_names: Iterable[str], prefix: str, ckpt_names: Iterable[str],
+                 renamed: dict[str, str] | None = None) -> None:
         self.model_names = set(model_names)
         self.prefix = prefix
         self.ckpt_names = set(ckpt_names)
+        renamed = renamed or {}
+        self._key_from_ckpt = {ckpt: key for key, ckpt in renamed.items()}
+        self._module_to_ckpt = module_key_map(renamed)
 
     def _candidates(self, name: str) -> list[str]:
         out = [name]
@@ -135,6 +204,8 @@ class NameMapper:
         return out
 
     def to_model(self, ckpt_name: str) -> str:
+        if ckpt_name in self._key_from_ckpt:
+            return self._key_from_ckpt[ckpt_name]
         for cand in self._candidates(ckpt_name):
             if cand in self.model_names:
                 return cand
@@ -142,7 +213,8 @@ class NameMapper:
 
     def module_to_ckpt(self, module: str, suffixes: Iterable[str]) -> str:
         suffixes = tuple(suffixes)
-        for cand in self._candidates(module):
+        renamed = self._module_to_ckpt.get(module)
+        for cand in ([renamed] if renamed else []) + self._candidates(module):
             if any(f"{cand}.{s}" in self.ckpt_names for s in suffixes):
                 return cand
         return module

@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from quantkit.layers import QuantizedLinear
+from quantkit.layers.experts import Experts
 
 from .formats import CT_FORMAT, FORMATS, build_quantization_config, encode, layout_for_layer, recipe_of
-from .model import CONFIG_NAME
+from .model import CONFIG_NAME, checkpoint_key_map, module_key_map
 from .storage import PlannedTensor, ShardWriter, atomic_output_dir
 
 
@@ -42,6 +43,14 @@ def quantized_state(model: nn.Module, fmt: str):
     and encoded only when written (one layer's encoded copy at a time); tensors that share storage
     (tied weights) are written once, under their first name.
     """
+    # a model whose MoE experts quantkit split (quantkit.layers.experts) is written under its checkpoints' names,
+    # as transformers' save_pretrained writes it (Mixtral's experts under block_sparse_moe.experts.{e}.w1, ...)
+    renamed = checkpoint_key_map(model) if any(isinstance(m, Experts) for m in model.modules()) else {}
+    renamed_module = module_key_map(renamed)
+
+    def stored(name: str) -> str:
+        return renamed_module.get(name, name)
+
     layers = {name: m for name, m in model.named_modules() if isinstance(m, QuantizedLinear)}
     layouts = {name: layout_for_layer(m, fmt, name) for name, m in layers.items()}
     owner: dict[str, str] = {}
@@ -61,7 +70,7 @@ def quantized_state(model: nn.Module, fmt: str):
             if name not in emitted:
                 emitted.add(name)
                 entries.append(("layer", name))
-                prefix = f"{name}." if name else ""
+                prefix = f"{stored(name)}." if name else ""
                 plan.extend(PlannedTensor(prefix + s, t.dtype, tuple(t.shape))
                             for s, t in encode(layouts[name], _meta_twin(layers[name])).items())
             continue
@@ -70,6 +79,7 @@ def quantized_state(model: nn.Module, fmt: str):
         if tensor.numel() and identity in seen:
             continue  # a tied weight: written once, retied on load
         seen.add(identity)
+        key = renamed.get(key, key)
         entries.append(("tensor", (key, tensor)))
         plan.append(PlannedTensor(key, tensor.dtype, tuple(tensor.shape)))
 
@@ -78,12 +88,12 @@ def quantized_state(model: nn.Module, fmt: str):
             if kind == "tensor":
                 writer.write(*item)
             else:
-                prefix = f"{item}." if item else ""
+                prefix = f"{stored(item)}." if item else ""
                 for suffix, t in encode(layouts[item], layers[item]).items():
                     writer.write(prefix + suffix, t)
 
-    recipes = {name: recipe_of(m) for name, m in layers.items()}
-    linear = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    recipes = {stored(name): recipe_of(m) for name, m in layers.items()}
+    linear = [stored(name) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     return plan, write, recipes, linear
 
 

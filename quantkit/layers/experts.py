@@ -1,0 +1,217 @@
+"""Mixture-of-experts blocks whose experts are stored fused, split into one linear module per expert projection.
+
+transformers 5 keeps a block's experts as two 3-D parameters: ``gate_up_proj`` [E, 2I, H] (each expert's gate rows,
+then its up rows) and ``down_proj`` [E, H, I]. No ``nn.Linear`` is involved, so a walk over ``nn.Linear`` modules
+would leave most of a Mixtral, Qwen3-MoE or DeepSeek-V3 in bf16. :func:`split_fused_experts` replaces each such module
+by :class:`Experts`, which holds expert ``e``'s three projections as ordinary linear modules (``"{e}.gate_proj"``, ...,
+named as the model's checkpoints name them) made from views of the fused parameters: nothing is copied. Everything
+that works per linear module then works per expert: recipes, ``ignore`` / ``overrides`` patterns, GPTQ's calibration
+hooks, the report, and the checkpoint code, whose files store experts one tensor per expert projection anyway.
+
+:class:`Experts` computes what transformers' eager experts forward computes (the loop over the experts that tokens were
+routed to): ``down(act(gate(x)) * up(x))`` per expert, weighted by the routing weight, summed into the output. Each
+projection is one call of its layer, so a quantized expert runs the same Triton kernels as any quantized linear.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Iterable
+
+import torch
+from torch import nn
+
+#: the names of one expert's projections in most MoE checkpoints (Qwen-MoE, DeepSeek, OLMoE, ...)
+DEFAULT_NAMES = ("gate_proj", "up_proj", "down_proj")
+
+
+class Expert(nn.Module):
+    """One expert's three projections, registered under the checkpoint's names for them."""
+
+    def __init__(self, gate: nn.Module, up: nn.Module, down: nn.Module,
+                 names: tuple[str, str, str] = DEFAULT_NAMES) -> None:
+        super().__init__()
+        if len(set(names)) != 3:
+            raise ValueError(f"an expert's three projections need three distinct names, got {names}")
+        self.names = tuple(names)
+        for name, module in zip(self.names, (gate, up, down)):
+            self.add_module(name, module)
+
+    @property
+    def gate(self) -> nn.Module:
+        return self._modules[self.names[0]]
+
+    @property
+    def up(self) -> nn.Module:
+        return self._modules[self.names[1]]
+
+    @property
+    def down(self) -> nn.Module:
+        return self._modules[self.names[2]]
+
+
+class Experts(nn.Module):
+    """A drop-in for transformers' fused experts modules: ``forward(hidden_states [T, H], top_k_index [T, k],
+    top_k_weights [T, k]) -> [T, H]``, with expert ``e`` registered as child ``"{e}"`` (an :class:`Expert`)."""
+
+    def __init__(self, experts: Iterable[Expert], act_fn: nn.Module, fused_class: str = "") -> None:
+        super().__init__()
+        experts = list(experts)
+        if not experts:
+            raise ValueError("Experts needs at least one expert")
+        for index, expert in enumerate(experts):
+            self.add_module(str(index), expert)
+        self.num_experts = len(experts)
+        self.act_fn = act_fn
+        #: the transformers class this module replaced (for repr and error messages)
+        self.fused_class = fused_class
+
+    def expert(self, index: int) -> Expert:
+        return self._modules[str(index)]
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            # [E, k, T]: which (token, slot) pairs each expert serves
+            routed = nn.functional.one_hot(top_k_index, num_classes=self.num_experts).permute(2, 1, 0)
+            hit = torch.greater(routed.sum(dim=(-1, -2)), 0).nonzero()[:, 0].tolist()
+        for index in hit:
+            slot, token = torch.where(routed[index])
+            expert = self.expert(index)
+            x = hidden_states[token]
+            h = self.act_fn(expert.gate(x)) * expert.up(x)
+            y = expert.down(h) * top_k_weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"num_experts={self.num_experts}" + (f", replaces={self.fused_class}" if self.fused_class else "")
+
+
+def fused_experts_params(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """The floating parameters of ``module`` itself with three or more dimensions (fused experts hold them)."""
+    return [(name, p) for name, p in module._parameters.items()
+            if p is not None and p.dim() >= 3 and p.is_floating_point()]
+
+
+def split_problem(module: nn.Module) -> str | None:
+    """None when ``module`` is a transformers fused-experts module that :func:`split` can take; else why not."""
+    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+    if not isinstance(gate_up, nn.Parameter) or not isinstance(down, nn.Parameter):
+        names = ", ".join(f"{n} {list(p.shape)}" for n, p in fused_experts_params(module))
+        return f"3-D parameters ({names}) of a layout quantkit does not know (it splits gate_up_proj + down_proj)"
+    for flag, supported in (("has_gate", True), ("is_concatenated", True), ("is_transposed", False),
+                            ("has_bias", False)):
+        if bool(getattr(module, flag, supported)) != supported:
+            return f"{flag}={not supported}: quantkit splits fused experts with gate and up rows concatenated, " \
+                   f"[E, 2I, H] / [E, H, I] weights and no bias"
+    apply_gate = getattr(type(module), "_apply_gate", None)
+    if apply_gate is not None:
+        try:
+            from transformers.integrations.moe import _default_apply_gate
+        except ImportError:  # pragma: no cover - transformers without the experts interface
+            _default_apply_gate = None
+        if apply_gate is not _default_apply_gate:
+            return f"{type(module).__name__} has its own gating (_apply_gate); quantkit computes act(gate) * up"
+    if not isinstance(getattr(module, "act_fn", None), nn.Module):
+        return "no act_fn module"
+    if gate_up.dim() != 3 or down.dim() != 3:
+        return f"gate_up_proj {list(gate_up.shape)} and down_proj {list(down.shape)} are not 3-D"
+    experts, two_i, hidden = gate_up.shape
+    if two_i % 2 or tuple(down.shape) != (experts, hidden, two_i // 2):
+        return (f"gate_up_proj {list(gate_up.shape)} and down_proj {list(down.shape)} are not [E, 2I, H] and "
+                f"[E, H, I]")
+    return None
+
+
+def _linear_on(weight: torch.Tensor, requires_grad: bool) -> nn.Linear:
+    """An nn.Linear whose weight is ``weight`` itself (a view into the fused parameter, not a copy)."""
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta", dtype=weight.dtype)
+    linear.weight = nn.Parameter(weight, requires_grad=requires_grad)
+    return linear
+
+
+def split(module: nn.Module, names: tuple[str, str, str] = DEFAULT_NAMES) -> Experts:
+    """The :class:`Experts` equivalent of a fused-experts ``module`` (see :func:`split_problem`), its linear modules
+    holding views of ``module``'s parameters."""
+    problem = split_problem(module)
+    if problem:
+        raise ValueError(f"{type(module).__name__}: {problem}")
+    gate_up, down = module.gate_up_proj, module.down_proj
+    inter = gate_up.shape[1] // 2
+    grad = gate_up.requires_grad
+    experts = []
+    for e in range(gate_up.shape[0]):
+        w = gate_up.detach()[e]
+        experts.append(Expert(_linear_on(w[:inter], grad), _linear_on(w[inter:], grad),
+                              _linear_on(down.detach()[e], down.requires_grad), names))
+    return Experts(experts, module.act_fn, type(module).__name__)
+
+
+def checkpoint_names(model: nn.Module, path: str, module: nn.Module) -> tuple[str, str, str]:
+    """What the model's checkpoints call one expert's gate, up and down projections: ``("w1", "w3", "w2")`` for
+    Mixtral, ``DEFAULT_NAMES`` for most others.
+
+    Asks transformers, whose ``save_pretrained`` splits the fused parameters back into per-expert tensors: the
+    conversion runs on small tagged tensors ([E, 2, 1] and [E, 1, 1], each value naming its expert and role) and
+    the names the tags come back under are read off. Falls back to ``DEFAULT_NAMES``.
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        return DEFAULT_NAMES
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # pragma: no cover - transformers 4
+        return DEFAULT_NAMES
+    experts = module.gate_up_proj.shape[0]
+    tags = {f"{path}.gate_up_proj": torch.arange(2 * experts, dtype=torch.float32).reshape(experts, 2, 1),
+            f"{path}.down_proj": torch.arange(2 * experts, 3 * experts, dtype=torch.float32).reshape(experts, 1, 1)}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stored = revert_weight_conversion(model, tags)
+    except Exception:  # noqa: BLE001 - a conversion quantkit cannot run on tags: keep the usual names
+        return DEFAULT_NAMES
+    found: dict[int, set[str]] = {0: set(), 1: set(), 2: set()}
+    for key, tensor in stored.items():
+        if tensor.numel() != 1 or not key.endswith(".weight"):
+            return DEFAULT_NAMES  # stored fused, or not one tensor per expert projection
+        value = int(tensor.item())
+        expert, role = (value // 2, value % 2) if value < 2 * experts else (value - 2 * experts, 2)
+        owner, _, child = key[:-len(".weight")].rpartition(".")
+        if not owner.endswith(f".{expert}"):
+            return DEFAULT_NAMES
+        found[role].add(child)
+    if len(stored) != 3 * experts or any(len(v) != 1 for v in found.values()):
+        return DEFAULT_NAMES
+    names = tuple(found[role].pop() for role in range(3))
+    return names if len(set(names)) == 3 else DEFAULT_NAMES
+
+
+def split_fused_experts(model: nn.Module, only: Iterable[str] | None = None
+                        ) -> tuple[dict[str, tuple[nn.Module, Experts]], dict[str, str]]:
+    """Replace, in place, every fused-experts module of ``model`` (or those named in ``only``) by :class:`Experts`.
+
+    Returns ``({name: (the fused module, its Experts)}, {name: why it was kept})``: the modules replaced, and the
+    modules holding 3-D floating parameters that were left as they are.
+    """
+    wanted = None if only is None else set(only)
+    replaced: dict[str, tuple[nn.Module, Experts]] = {}
+    kept: dict[str, str] = {}
+    names_by_class: dict[type, tuple[str, str, str]] = {}
+    for name, module in list(model.named_modules()):
+        if isinstance(module, Experts) or not fused_experts_params(module) or not name:
+            continue
+        if wanted is not None and name not in wanted:
+            continue
+        problem = split_problem(module)
+        if problem:
+            kept[name] = problem
+            continue
+        if type(module) not in names_by_class:
+            names_by_class[type(module)] = checkpoint_names(model, name, module)
+        experts = split(module, names_by_class[type(module)])
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, attr, experts)
+        replaced[name] = (module, experts)
+    return replaced, kept
