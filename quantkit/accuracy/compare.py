@@ -14,6 +14,9 @@ reports the mean and least cosine similarity of rows, the largest absolute diffe
 error and the SQNR; for causal language models also the perplexity of both models on a text and
 the top-1 agreement (how often both predict the same next token).
 
+The projections of MoE experts have no *in model* figures (NaN): the quantized model may route other tokens to an
+expert than the original does, so their calls do not pair up.
+
 What the model output is:
 - an ``nn.Module``: its output tensor (for a tuple, the first tensor; for a Hugging Face output,
   ``logits`` or else ``last_hidden_state``);
@@ -282,6 +285,11 @@ class _LayerHooks:
         quantized_layers = _linear_layers(quantized)
         self.twins = {name: quantized_layers[name] for name in self.original if name in quantized_layers}
         self.stats = {name: _LayerStats() for name in self.twins}
+        from quantkit.layers.experts import Expert
+
+        # expert projections: which tokens reach them depends on the routing, which quantization may change
+        self.routed = {f"{parent}.{child}" if parent else child for parent, module in original.named_modules()
+                       if isinstance(module, Expert) for child in module.names}
         self.stored: dict[str, list[torch.Tensor]] = {}
         self._handles: list = []
         self._local = False  # the twin runs on the original's input: not a call of the quantized model
@@ -316,7 +324,8 @@ class _LayerHooks:
             stats.signal += signal
             stats.local_noise += noise
             stats.calls += 1
-            self.stored.setdefault(name, []).append(y)
+            if name not in self.routed:
+                self.stored.setdefault(name, []).append(y)
         return hook
 
     def _quantized_hook(self, name: str):
@@ -528,6 +537,11 @@ def compare(
         raise ValueError(f"{model_name} has no nn.Linear layers: nothing to quantize")
     modes = [(module, module.training) for module in original.modules()]  # each submodule's own mode
     original.eval()
+    from quantkit.layers.experts import split_fused_experts  # as the other quantkit imports here: at use
+
+    # Fused MoE experts are split for the comparison (views, no copy), so that each expert projection gets its row
+    # in the per-layer table as the quantized model's do; the model gets its fused modules back at the end.
+    split, _ = split_fused_experts(original)
     try:
         # run the original once first: inputs that do not fit fail here, with a clear message
         with torch.no_grad():
@@ -543,6 +557,9 @@ def compare(
             results.append(_compare_one(original, labels[index], plan, kind, batches, calibration_batches, ignore,
                                         original_lm if index == 0 else None, progress, quantize_))
     finally:
+        for name, (fused, _) in split.items():
+            parent, _, attr = name.rpartition(".")
+            setattr(original.get_submodule(parent) if parent else original, attr, fused)
         for module, training in modes:
             module.training = training
 
@@ -605,6 +622,7 @@ def _compare_one(original, label, plan, kind, batches, calibration, ignore, orig
         for name, stats in hooks.stats.items():
             module = hooks.twins[name]
             q_format = getattr(module, "format_name", "") or "float"
+            paired = stats.calls and name not in hooks.routed
             layers.append(LayerError(
                 name=name,
                 shape=(module.out_features, module.in_features),
@@ -613,8 +631,8 @@ def _compare_one(original, label, plan, kind, batches, calibration, ignore, orig
                 # a layer that never ran has no error to report: NaN, not a perfect 0
                 sqnr_db=_sqnr_db(stats.signal, stats.local_noise) if stats.calls else math.nan,
                 rel_error=_rel(stats.signal, stats.local_noise) if stats.calls else math.nan,
-                sqnr_db_in_model=_sqnr_db(stats.model_signal, stats.model_noise) if stats.calls else math.nan,
-                rel_error_in_model=_rel(stats.model_signal, stats.model_noise) if stats.calls else math.nan,
+                sqnr_db_in_model=_sqnr_db(stats.model_signal, stats.model_noise) if paired else math.nan,
+                rel_error_in_model=_rel(stats.model_signal, stats.model_noise) if paired else math.nan,
                 calls=stats.calls,
             ))
     del quantized

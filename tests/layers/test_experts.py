@@ -193,3 +193,50 @@ def test_meta_model_quantizes_and_loads_per_expert_state():
     ids = torch.randint(0, 128, (2, 5))
     with torch.no_grad():
         torch.testing.assert_close(skeleton(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+def test_compare_lists_each_expert_and_leaves_the_model_as_it_was():
+    model = tiny_moe("mixtral")
+    fused = fused_modules(model)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    report = quantkit.compare(model, ["int8-weight-only"], inputs=[torch.randint(0, 128, (1, 12))])
+    rows = {layer.name: layer for layer in report.results[0].layers}
+    ran = [r for n, r in rows.items() if ".experts." in n and r.calls]
+    assert ran and all(r.format == "int8-weight-only" and 0.003 < r.rel_error < 0.012 for r in ran)
+    assert all(r.rel_error_in_model != r.rel_error_in_model for n, r in rows.items() if ".experts." in n)  # NaN
+    assert rows["model.layers.1.self_attn.o_proj"].rel_error_in_model > 0
+    assert sum(1 for n in rows if ".experts." in n) == 2 * 4 * 3
+    for name, module in fused.items():
+        assert model.get_submodule(name) is module
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items()) and state.keys() == model.state_dict().keys()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["fp8-block", "int8-dynamic", "int8-weight-only", "int4-weight-only"])
+def test_experts_run_the_kernels_gpu(recipe):
+    """A Qwen3-30B-A3B-sized block (2048 -> 768 -> 2048) with 16 experts: quantized on the GPU, run there through the
+    Triton kernels (each expert gets its own M, from 0 to all tokens), against the same codes on the CPU reference."""
+    from quantkit.ops.dispatch import backend_report
+
+    config = transformers.Qwen3MoeConfig(hidden_size=2048, moe_intermediate_size=768, num_experts=16,
+                                         num_experts_per_tok=4)
+    torch.manual_seed(0)
+    fused = transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeExperts(config)
+    nn.init.normal_(fused.gate_up_proj, std=0.02)
+    nn.init.normal_(fused.down_proj, std=0.02)
+    holder = nn.Sequential()
+    holder.add_module("experts", fused.to("cuda", torch.bfloat16))
+    report = quantkit.quantize_(holder, recipe)
+    assert len(report.quantized) == 48
+    experts = holder.experts
+    index = torch.stack([torch.randperm(15)[:4] for _ in range(300)])  # expert 15: no token
+    index[:7] = torch.tensor([0, 1, 2, 3])  # expert 0..3 get more tokens than the others
+    weights = torch.softmax(torch.randn(300, 4), dim=-1)
+    x = torch.randn(300, 2048)
+    with torch.no_grad():
+        y = experts(x.cuda().bfloat16(), index.cuda(), weights.cuda().bfloat16()).float().cpu()
+        ref = experts.cpu()(x.bfloat16(), index, weights.bfloat16()).float()
+    family = recipe.replace("-", "_")
+    assert any(fn == f"{family}.linear" and dev.startswith("cuda") and backend == "triton"
+               for (fn, dev), (backend, _) in backend_report().items())
+    assert rel_error(y, ref) < 1e-2
