@@ -62,14 +62,96 @@ class Experts(nn.Module):
             self.add_module(str(index), expert)
         self.num_experts = len(experts)
         self.act_fn = act_fn
+        self._stack_state = None  # (format, stacks, probe): see _stacks
         #: the transformers class this module replaced (for repr and error messages)
         self.fused_class = fused_class
 
     def expert(self, index: int) -> Expert:
         return self._modules[str(index)]
 
+    # ------------------------------------------------------------------ the grouped kernels' stacked buffers
+    def _grouped_format(self) -> tuple[str, int] | None:
+        """(format, group size) when every expert projection is a weight-only layer of one format and parameters,
+        without bias, and the activation is SiLU: what ``quantkit.kernels.moe`` computes. None otherwise."""
+        from quantkit.layers import Int4WeightOnlyLinear, Int8WeightOnlyLinear
+
+        if not _is_silu(self.act_fn):
+            return None
+        first = self.expert(0)
+        kind = type(first.gate)
+        if kind not in (Int8WeightOnlyLinear, Int4WeightOnlyLinear):
+            return None
+        group = getattr(first.gate, "group_size", 0)
+        shapes = [(m.out_features, m.in_features) for m in (first.gate, first.up, first.down)]
+        for index in range(self.num_experts):
+            ex = self.expert(index)
+            for module, shape in zip((ex.gate, ex.up, ex.down), shapes):
+                if type(module) is not kind or module.bias is not None or getattr(module, "group_size", 0) != group \
+                        or (module.out_features, module.in_features) != shape:
+                    return None
+        if shapes[0] != shapes[1] or shapes[2] != (shapes[0][1], shapes[0][0]):
+            return None
+        return kind.format_name, group
+
+    def _stacks(self) -> dict[str, tuple] | None:
+        """{"gate" | "up" | "down": (codes, scale, zero-point or None)}, each the role's buffers stacked over the
+        experts, the experts' own buffers being views into them (no second copy); None when the experts are not
+        what the grouped kernels take. Decided again when a layer's buffers were replaced (a move to another
+        device, ``load_state_dict(assign=True)``): the last expert's buffer addresses are the probe."""
+        probe = self._probe(self.expert(self.num_experts - 1))
+        if self._stack_state is not None and self._stack_state[2] == probe:
+            return self._stack_state[1]
+        fmt = self._grouped_format()
+        if fmt is None:
+            self._stack_state = (None, None, probe)
+            return None
+        names = ("weight", "weight_scale") if fmt[0] == "int8-weight-only" else \
+            ("weight_packed", "weight_scale", "weight_zero_point")
+        stacks = {}
+        for role in ("gate", "up", "down"):
+            layers = [getattr(self.expert(i), role) for i in range(self.num_experts)]
+            stacked = []
+            for name in names:
+                tensor = torch.stack([layer._buffers[name] for layer in layers])
+                for index, layer in enumerate(layers):
+                    layer._buffers[name] = tensor[index]
+                stacked.append(tensor)
+            stacks[role] = (stacked[0], stacked[1], stacked[2] if len(stacked) == 3 else None)
+        self._stack_state = (fmt, stacks, self._probe(self.expert(self.num_experts - 1)))
+        return stacks
+
+    @staticmethod
+    def _probe(expert: Expert) -> tuple:
+        return tuple(t.data_ptr() for m in (expert.gate, expert.up, expert.down) for t in m.buffers(recurse=False))
+
+    def _apply(self, fn, recurse=True):
+        self._stack_state = None  # the experts' buffers move one by one; the stacks are rebuilt on the next call
+        return super()._apply(fn, recurse)
+
+    def _use_grouped_kernels(self, hidden_states: torch.Tensor) -> bool:
+        """On a CUDA GPU (sm_80+, Triton importable), for inference: the grouped kernels of quantkit.kernels.moe.
+        Training through the experts (an input that requires grad) and QUANTKIT_BACKEND=reference take the loop."""
+        if not hidden_states.is_cuda or hidden_states.dim() != 2 or hidden_states.requires_grad:
+            return False
+        from quantkit.ops.dispatch import _forced_backend, grouped_moe_available
+
+        if _forced_backend() == "reference" or not grouped_moe_available(hidden_states.device):
+            return False
+        return self._stacks() is not None
+
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
+        if self._use_grouped_kernels(hidden_states):
+            from quantkit.kernels.moe import experts_forward
+
+            (fmt, group), stacks = self._stack_state[0], self._stack_state[1]
+            return experts_forward(hidden_states, top_k_index, top_k_weights, fmt, stacks["gate"], stacks["up"],
+                                   stacks["down"], group)
+        return self.forward_loop(hidden_states, top_k_index, top_k_weights)
+
+    def forward_loop(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                     top_k_weights: torch.Tensor) -> torch.Tensor:
+        """The reference: one call of each projection's layer per expert that tokens were routed to."""
         out = torch.zeros_like(hidden_states)
         with torch.no_grad():
             # [E, k, T]: which (token, slot) pairs each expert serves
@@ -86,6 +168,13 @@ class Experts(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}" + (f", replaces={self.fused_class}" if self.fused_class else "")
+
+
+def _is_silu(act: nn.Module) -> bool:
+    if isinstance(act, nn.SiLU):
+        return True
+    # transformers' own SiLU module (ACT2FN["silu"])
+    return type(act).__name__ in ("SiLUActivation", "SiLU") and type(act).__module__.startswith("transformers")
 
 
 def fused_experts_params(module: nn.Module) -> list[tuple[str, nn.Parameter]]:

@@ -162,3 +162,21 @@ _REFERENCE_NAMES = {
     ("int4_weight_only", "quantize_weight"): "quantize_weight_int4",
     ("int4_weight_only", "dequantize_weight"): "dequantize_weight_int4",
 }
+
+
+@functools.lru_cache(maxsize=None)
+def _grouped_moe(index: int) -> bool:
+    module, reason = _kernel_module("moe")
+    ok = module is not None and _capability(index) >= (8, 0)
+    device = torch.device("cuda", index)
+    _report("moe", "experts", device, "triton" if ok else "reference",
+            "quantkit.kernels.moe.experts_forward" if ok else reason or "compute capability below 8.0")
+    return ok
+
+
+def grouped_moe_available(device: torch.device) -> bool:
+    """Whether quantkit.kernels.moe's grouped expert kernels run on ``device`` (a CUDA GPU of sm_80 or newer with
+    Triton); split MoE experts otherwise run one layer call per expert projection."""
+    if device.type != "cuda":
+        return False
+    return _grouped_moe(device.index if device.index is not None else torch.cuda.current_device())

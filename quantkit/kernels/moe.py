@@ -1,0 +1,235 @@
+"""A mixture-of-experts block's experts in two launches: grouped GEMMs over the weight-only formats' stacked codes.
+
+What :class:`quantkit.layers.experts.Experts` computes with one quantized linear call per expert projection (the
+reference), here without a loop over the experts and without a host synchronization::
+
+    h[s]   = act(x[t(s)] @ gate[e(s)]^T) * (x[t(s)] @ up[e(s)]^T)        s = a (token, slot) pair, e(s) its expert
+    y[t]   = sum over the token's k slots of  w(s) * (h[s] @ down[e(s)]^T)
+
+1. :func:`align` (torch ops on the GPU) sorts the T·k slots by expert and pads each expert's run to a multiple of
+   BLOCK_M rows: ``sorted_slots`` (-1 in the padding), the expert of each BLOCK_M block, and the number of blocks
+   (a device scalar: the grid is an upper bound, the programs past the real blocks return at once).
+2. ``_gate_up_kernel``: a program takes one block of one expert's rows and BLOCK_N columns of the intermediate
+   dimension, streams the gate and the up codes of that expert over K, dequantizes them in registers and runs two
+   ``tl.dot``; the epilogue applies the scales and ``silu(gate) * up`` and writes h [T·k, I] in x's dtype.
+3. ``_down_kernel``: the same over h's rows and the down codes; the epilogue multiplies by the slot's routing
+   weight and writes float32 [T·k, H]; the k slots of each token are summed by one ``sum`` (deterministic, unlike
+   atomics), then cast to x's dtype.
+
+Formats (the layers' buffers, stacked over the experts: ``[E, ...]``):
+    int8 weight-only   codes int8 [E, N, K], scale float32 [E, N]: ``acc = x @ codes^T`` (integers are exact in
+                       bf16 / fp16), times the scale after the K loop.
+    int4 weight-only   packed uint8 [E, N, K/2] (low nibble first), scale [E, N, K/g], zero-point uint8 [E, N, K/g]:
+                       BLOCK_K is the group size, so each K step is one group: the even and odd codes minus the
+                       zero-point (exact small integers) multiply x's even and odd columns in two dots, and the
+                       group's scale multiplies the step's float32 partial sum.
+float32 x runs its dots in IEEE float32 (no TF32), as the reference.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+INT8, INT4 = 0, 1
+FORMATS = {"int8-weight-only": INT8, "int4-weight-only": INT4}
+
+
+def _bound(value: int):
+    """A loop bound: under the interpreter a runtime integer is an array that ``range()`` rejects."""
+    return tl.constexpr(value) if _INTERPRET else value
+
+
+@triton.jit
+def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
+                 FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr):
+    """One K step of one expert's codes as dot operands [BLOCK_K(/2), BLOCK_N] in DTYPE (int4: even and odd codes
+    minus the zero-point; int8: the codes), and int4's group scale [BLOCK_N] (1.0 for int8)."""
+    if FORMAT == 0:
+        k = k0 + offs_k
+        ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * K + k[:, None]
+        codes = tl.load(ptrs, mask=mask_n[None, :] & (k[:, None] < K), other=0)
+        # int -> float32 -> DTYPE: the interpreter bitcasts an integer converted straight to bfloat16
+        w = codes.to(tl.float32).to(DTYPE)
+        return w, w, tl.full((BLOCK_K,), 1.0, tl.float32)
+    else:
+        g = k0 // BLOCK_K
+        half = K // 2
+        j = k0 // 2 + offs_kh
+        ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * half + j[:, None]
+        packed = tl.load(ptrs, mask=mask_n[None, :], other=0).to(tl.int32)
+        qp = (e * N + offs_n).to(tl.int64) * GROUPS + g
+        zero = tl.load(z_ptr + qp, mask=mask_n, other=0).to(tl.int32)
+        scale = tl.load(s_ptr + qp, mask=mask_n, other=0.0).to(tl.float32)
+        even = ((packed & 15) - zero[None, :]).to(tl.float32).to(DTYPE)
+        odd = ((packed >> 4) - zero[None, :]).to(tl.float32).to(DTYPE)
+        return even, odd, scale
+
+
+@triton.jit
+def _dot(a, b, F32: tl.constexpr):
+    """F32: float32 operands in IEEE float32 (float32 x; and under the interpreter, whose numpy has no bfloat16
+    dot, the bf16 / fp16 operands widened exactly)."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _accumulate(acc, x_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, K, N, GROUPS, stride_x,
+                FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr, F32: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N] += x[rows] @ W[e][offs_n]^T over all of K (int8: before the channel scale)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_kh = tl.arange(0, BLOCK_K // 2)
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_x
+    for k0 in range(0, K, BLOCK_K):
+        a, b, scale = _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
+                                   FORMAT, BLOCK_K, DTYPE)
+        if FORMAT == 0:
+            k = k0 + offs_k
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
+            acc += _dot(x, a, F32)
+        else:
+            k_even = k0 + 2 * offs_kh
+            x_even = tl.load(x_rows + k_even[None, :], mask=mask_m[:, None], other=0.0)
+            x_odd = tl.load(x_rows + (k_even + 1)[None, :], mask=mask_m[:, None], other=0.0)
+            part = _dot(x_even, a, F32) + _dot(x_odd, b, F32)
+            acc += part * scale[None, :]
+    return acc
+
+
+@triton.jit
+def _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, DIV: tl.constexpr, BLOCK_M: tl.constexpr,
+                NUM_N: tl.constexpr):
+    pid = tl.program_id(0)
+    block = pid // NUM_N
+    tile_n = pid % NUM_N
+    num_blocks = tl.load(num_blocks_ptr)
+    offs_m = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    slots = tl.load(sorted_slots_ptr + offs_m)
+    e = tl.load(block_expert_ptr + block)
+    valid = (block < num_blocks) & (slots >= 0)
+    rows = tl.where(valid, slots // DIV, 0)
+    return block < num_blocks, tile_n, e, slots, rows, valid
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr,
+                    gw_ptr, gs_ptr, gz_ptr, uw_ptr, us_ptr, uz_ptr, h_ptr, N, K, GROUPS,
+                    TOP_K: tl.constexpr, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr):
+    live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, TOP_K,
+                                                       BLOCK_M, NUM_N)
+    if live:
+        DTYPE = h_ptr.dtype.element_ty
+        offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        gate = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        gate = _accumulate(gate, x_ptr, rows, valid, gw_ptr, gs_ptr, gz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+                           stride_x, FORMAT, BLOCK_K, DTYPE, F32)
+        up = _accumulate(up, x_ptr, rows, valid, uw_ptr, us_ptr, uz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+                         stride_x, FORMAT, BLOCK_K, DTYPE, F32)
+        if FORMAT == 0:
+            gate = gate * tl.load(gs_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+            up = up * tl.load(us_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        # the reference rounds each projection's output to x's dtype before the activation (they are layers)
+        gate = gate.to(DTYPE).to(tl.float32)
+        up = up.to(DTYPE).to(tl.float32)
+        act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
+        h = (act * up).to(DTYPE)
+        ptrs = h_ptr + tl.where(valid, slots, 0).to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(ptrs, h, mask=valid[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _down_kernel(h_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, dw_ptr, ds_ptr, dz_ptr,
+                 route_ptr, y_ptr, N, K, GROUPS, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr):
+    live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, 1,
+                                                       BLOCK_M, NUM_N)
+    if live:
+        DTYPE = h_ptr.dtype.element_ty
+        offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        acc = _accumulate(acc, h_ptr, rows, valid, dw_ptr, ds_ptr, dz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+                          K, FORMAT, BLOCK_K, DTYPE, F32)
+        if FORMAT == 0:
+            acc = acc * tl.load(ds_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        # the reference rounds the down projection's output to x's dtype, then weights it in that dtype
+        # (in float32, rounded once: the interpreter has no bfloat16 arithmetic)
+        route = tl.load(route_ptr + rows, mask=valid, other=0.0).to(tl.float32)
+        out = (acc.to(DTYPE).to(tl.float32) * route[:, None]).to(DTYPE).to(tl.float32)
+        ptrs = y_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(ptrs, out, mask=valid[:, None] & mask_n[None, :])
+
+
+def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
+    """(sorted_slots int32 [P], block_expert int32 [P / block_m], num_blocks int32 [1]): the T·k slots sorted by
+    expert, each expert's run padded with -1 to a multiple of ``block_m``; P bounds the padded length from the host
+    (no synchronization)."""
+    flat = top_k_index.reshape(-1)
+    slots = flat.numel()
+    device = flat.device
+    counts = torch.bincount(flat, minlength=num_experts)[:num_experts]
+    padded = (counts + block_m - 1) // block_m * block_m
+    ends = torch.cumsum(padded, 0)
+    order = torch.argsort(flat, stable=True)
+    expert_sorted = flat[order]
+    first_of_expert = torch.cumsum(counts, 0) - counts
+    pos = (ends - padded)[expert_sorted] + torch.arange(slots, device=device) - first_of_expert[expert_sorted]
+    capacity = slots + min(num_experts, slots) * (block_m - 1)
+    capacity = (capacity + block_m - 1) // block_m * block_m
+    sorted_slots = torch.full((capacity,), -1, dtype=torch.int32, device=device)
+    sorted_slots[pos] = order.to(torch.int32)
+    starts = torch.arange(0, capacity, block_m, device=device)
+    block_expert = torch.searchsorted(ends, starts, right=True).clamp_(max=num_experts - 1).to(torch.int32)
+    num_blocks = (ends[-1:] // block_m).to(torch.int32)
+    return sorted_slots, block_expert, num_blocks
+
+
+def _blocks(slots: int, experts: int, fmt: int, group: int, k_in: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K): rows a block by the expected rows an expert; int4's K step is its group."""
+    rows = slots / max(1, min(experts, slots))
+    block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64
+    block_k = group if fmt == INT4 else 64
+    return block_m, 64, block_k
+
+
+def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,
+                    gate: tuple, up: tuple, down: tuple, group_size: int = 0) -> torch.Tensor:
+    """The experts of one block on ``x`` [T, H]: ``gate`` / ``up`` / ``down`` are the stacked buffers
+    ``(codes, scale, zero_point or None)`` of the format; returns [T, H] in x's dtype."""
+    code = FORMATS[fmt]
+    tokens, hidden = x.shape
+    top_k = top_k_index.shape[-1]
+    experts, inter = gate[0].shape[0], gate[0].shape[1]
+    slots = tokens * top_k
+    if not x.is_contiguous():
+        x = x.contiguous()
+    f32 = x.dtype == torch.float32 or _INTERPRET
+    block_m, block_n, block_k = _blocks(slots, experts, code, group_size, hidden)
+    sorted_slots, block_expert, num_blocks = align(top_k_index, experts, block_m)
+    grid_m = block_expert.numel()
+    h = torch.empty(slots, inter, dtype=x.dtype, device=x.device)
+    zero = [t[2] if t[2] is not None else t[1] for t in (gate, up, down)]
+    num_n = triton.cdiv(inter, block_n)
+    _gate_up_kernel[(grid_m * num_n,)](
+        x, x.stride(0), sorted_slots, block_expert, num_blocks, gate[0], gate[1], zero[0], up[0], up[1], zero[1],
+        h, inter, _bound(hidden), hidden // group_size if code == INT4 else 1, TOP_K=top_k, FORMAT=code,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NUM_N=num_n, F32=f32, num_warps=4, num_stages=3)
+    y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
+    route = top_k_weights.reshape(-1).to(x.dtype).contiguous()
+    num_n = triton.cdiv(hidden, block_n)
+    _, _, block_k = _blocks(slots, experts, code, group_size, inter)
+    _down_kernel[(grid_m * num_n,)](
+        h, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden, _bound(inter),
+        inter // group_size if code == INT4 else 1, FORMAT=code, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_K=block_k, NUM_N=num_n, F32=f32, num_warps=4, num_stages=3)
+    return y.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)
