@@ -7,7 +7,9 @@ The module timed is the experts call of one block, ``experts(hidden [T, H], top_
 with each token routed to k distinct experts drawn at random (the same routing for every variant):
 - ``bf16 eager``: transformers' fused experts, its loop over the experts hit (``_experts_implementation="eager"``);
 - ``bf16 grouped_mm``: the same weights through ``torch._grouped_mm`` (``"grouped_mm"``), transformers' fast path;
-- each recipe: quantkit's split experts, the same loop with one quantized linear call per expert projection.
+- each recipe: quantkit's split experts: for the weight-only formats the grouped kernels of quantkit.kernels.moe
+  (two launches), for the others (and the weight-only ones as ``(loop)``) one quantized linear call per expert
+  projection, the experts sorted once.
 
 Each figure is wall time per call (host and GPU: the loop synchronizes once a call to learn which experts were hit),
 the median of ``--rounds`` rounds of back-to-back calls; the error is ‖y − y_bf16‖ / ‖y_bf16‖ against bf16 eager.
@@ -78,6 +80,15 @@ def time_call(fn, rounds: int, budget_s: float = 0.25) -> float:
     return statistics.median(out)
 
 
+class _Loop(nn.Module):
+    def __init__(self, experts):
+        super().__init__()
+        self.experts = experts
+
+    def forward(self, x, index, weights):
+        return self.experts.forward_loop(x, index, weights)
+
+
 def weight_bytes(module: nn.Module) -> int:
     tensors = list(module.parameters()) + list(module.buffers())
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -105,11 +116,14 @@ def main(argv=None) -> int:
             holder.add_module("experts", eager)  # quantize_ splits it into views; `eager` itself is not changed
             quantkit.quantize_(holder, recipe)
             variants[recipe] = holder.experts
+        for recipe in [r for r in args.recipes.split(",") if r.endswith("weight-only")]:
+            # the same layers through the reference loop (one layer call per expert projection), for comparison
+            variants[f"{recipe} (loop)"] = _Loop(variants[recipe])
         sizes = {name: weight_bytes(m) for name, m in variants.items()}
         hidden = eager.gate_up_proj.shape[-1]
         print(f"\n{shape}: {eager.gate_up_proj.shape[0]} experts, {hidden} -> {eager.gate_up_proj.shape[1] // 2} "
               f"-> {hidden}, top-{top_k}; weights {sizes['bf16 eager'] / 2**20:.0f} MiB in bf16", flush=True)
-        print(f"{'tokens':>6}  {'variant':<18} {'µs/call':>10} {'vs eager':>9} {'vs grouped':>11} {'rel err':>9} "
+        print(f"{'tokens':>6}  {'variant':<26} {'µs/call':>10} {'vs eager':>9} {'vs grouped':>11} {'rel err':>9} "
               f"{'MiB':>7}")
         for tokens in [int(t) for t in args.tokens.split(",")]:
             x, index, weights = routing(tokens, eager.gate_up_proj.shape[0], top_k, hidden)
@@ -121,7 +135,7 @@ def main(argv=None) -> int:
                         y = module(x, index, weights).float()
                         times[name] = time_call(lambda m=module: m(x, index, weights), args.rounds)
                     except Exception as exc:  # noqa: BLE001 - grouped_mm may not run on every build
-                        print(f"{tokens:>6}  {name:<18} failed: {type(exc).__name__}: {exc}"[:160], flush=True)
+                        print(f"{tokens:>6}  {name:<26} failed: {type(exc).__name__}: {exc}"[:160], flush=True)
                         continue
                     err = ((y - y_ref).norm() / y_ref.norm()).item()
                     row = dict(shape=shape, tokens=tokens, variant=name, us=times[name], rel_error=err,
@@ -131,7 +145,7 @@ def main(argv=None) -> int:
                                weight_bytes=sizes[name])
                     rows.append(row)
                     vs_grouped = f"{row['vs_grouped']:.2f}x" if row["vs_grouped"] else "n/a"
-                    print(f"{tokens:>6}  {name:<18} {row['us']:>10.1f} {row['vs_eager']:>8.2f}x {vs_grouped:>11} "
+                    print(f"{tokens:>6}  {name:<26} {row['us']:>10.1f} {row['vs_eager']:>8.2f}x {vs_grouped:>11} "
                           f"{err:>9.4f} {sizes[name] / 2**20:>7.0f}", flush=True)
         del variants, eager, grouped
         torch.cuda.empty_cache()

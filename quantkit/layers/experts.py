@@ -151,19 +151,28 @@ class Experts(nn.Module):
 
     def forward_loop(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                      top_k_weights: torch.Tensor) -> torch.Tensor:
-        """The reference: one call of each projection's layer per expert that tokens were routed to."""
+        """The reference: one call of each projection's layer per expert that tokens were routed to, the experts
+        in order, each token's contributions added in the order of its experts (as transformers' eager loop). The
+        slots are sorted by expert once, so the host learns the experts' token counts in one synchronization."""
         out = torch.zeros_like(hidden_states)
+        top_k = top_k_index.shape[-1]
+        flat = top_k_index.reshape(-1)
         with torch.no_grad():
-            # [E, k, T]: which (token, slot) pairs each expert serves
-            routed = nn.functional.one_hot(top_k_index, num_classes=self.num_experts).permute(2, 1, 0)
-            hit = torch.greater(routed.sum(dim=(-1, -2)), 0).nonzero()[:, 0].tolist()
-        for index in hit:
-            slot, token = torch.where(routed[index])
+            order = torch.argsort(flat, stable=True)
+            counts = torch.bincount(flat, minlength=self.num_experts)[:self.num_experts].tolist()
+        token = order // top_k
+        x = hidden_states[token]
+        routing = top_k_weights.reshape(-1)[order]
+        start = 0
+        for index, count in enumerate(counts):
+            if not count:
+                continue
+            rows = slice(start, start + count)
+            start += count
             expert = self.expert(index)
-            x = hidden_states[token]
-            h = self.act_fn(expert.gate(x)) * expert.up(x)
-            y = expert.down(h) * top_k_weights[token, slot, None]
-            out.index_add_(0, token, y.to(out.dtype))
+            h = self.act_fn(expert.gate(x[rows])) * expert.up(x[rows])
+            y = expert.down(h) * routing[rows, None]
+            out.index_add_(0, token[rows], y.to(out.dtype))
         return out
 
     def extra_repr(self) -> str:

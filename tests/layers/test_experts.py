@@ -240,3 +240,22 @@ def test_experts_run_the_kernels_gpu(recipe):
     assert any(fn == f"{family}.linear" and dev.startswith("cuda") and backend == "triton"
                for (fn, dev), (backend, _) in backend_report().items())
     assert rel_error(y, ref) < 1e-2
+
+
+def test_input_gradient_through_quantized_experts():
+    """Adapters before a quantized MoE block train: x's gradient is that of the block with the dequantized weights."""
+    model = tiny_moe("qwen3_moe")
+    name, original = next(iter(fused_modules(model).items()))
+    quantkit.quantize_(model, "int8-weight-only")
+    experts = model.get_submodule(name)
+    with torch.no_grad():
+        original.gate_up_proj.copy_(torch.stack([torch.cat([experts.expert(e).gate.dequantize(),
+                                                            experts.expert(e).up.dequantize()])
+                                                 for e in range(experts.num_experts)]))
+        original.down_proj.copy_(torch.stack([experts.expert(e).down.dequantize()
+                                              for e in range(experts.num_experts)]))
+    x = torch.randn(7, 128, requires_grad=True)
+    index, weights = routing(experts.num_experts, 7)
+    (grad_ours,) = torch.autograd.grad(experts(x, index, weights).square().sum(), x)
+    (grad_theirs,) = torch.autograd.grad(original(x, index, weights).square().sum(), x)
+    assert rel_error(grad_ours, grad_theirs) < 1e-5
