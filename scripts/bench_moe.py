@@ -9,7 +9,8 @@ with each token routed to k distinct experts drawn at random (the same routing f
 - ``bf16 grouped_mm``: the same weights through ``torch._grouped_mm`` (``"grouped_mm"``), transformers' fast path;
 - each recipe: quantkit's split experts: for the weight-only formats the grouped kernels of quantkit.kernels.moe
   (two launches), for the others (and the weight-only ones as ``(loop)``) one quantized linear call per expert
-  projection, the experts sorted once.
+  projection, the experts sorted once; ``(graph)``: replayed from a CUDA graph (the GPU time without the host's),
+  where the path can be captured.
 
 Each figure is wall time per call (host and GPU: the loop synchronizes once a call to learn which experts were hit),
 the median of ``--rounds`` rounds of back-to-back calls; the error is ‖y − y_bf16‖ / ‖y_bf16‖ against bf16 eager.
@@ -89,6 +90,26 @@ class _Loop(nn.Module):
         return self.experts.forward_loop(x, index, weights)
 
 
+class _Graph(nn.Module):
+    def __init__(self, experts):
+        super().__init__()
+        self.experts = experts
+
+    def forward(self, x, index, weights):
+        return self.experts(x, index, weights)
+
+    def capture(self, x, index, weights) -> torch.cuda.CUDAGraph:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.experts(x, index, weights)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.experts(x, index, weights)
+        return graph
+
+
 def weight_bytes(module: nn.Module) -> int:
     tensors = list(module.parameters()) + list(module.buffers())
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -110,7 +131,7 @@ def main(argv=None) -> int:
         eager, top_k = make_experts(shape, "eager")
         grouped, _ = make_experts(shape, "grouped_mm")
         grouped.load_state_dict(eager.state_dict())
-        variants = {"bf16 eager": eager, "bf16 grouped_mm": grouped}
+        variants = {"bf16 eager": eager, "bf16 grouped_mm": grouped, "bf16 grouped_mm (graph)": _Graph(grouped)}
         for recipe in args.recipes.split(","):
             holder = nn.Sequential()
             holder.add_module("experts", eager)  # quantize_ splits it into views; `eager` itself is not changed
@@ -119,6 +140,8 @@ def main(argv=None) -> int:
         for recipe in [r for r in args.recipes.split(",") if r.endswith("weight-only")]:
             # the same layers through the reference loop (one layer call per expert projection), for comparison
             variants[f"{recipe} (loop)"] = _Loop(variants[recipe])
+            # the grouped kernels replayed from a CUDA graph: their GPU time, without the host's
+            variants[f"{recipe} (graph)"] = _Graph(variants[recipe])
         sizes = {name: weight_bytes(m) for name, m in variants.items()}
         hidden = eager.gate_up_proj.shape[-1]
         print(f"\n{shape}: {eager.gate_up_proj.shape[0]} experts, {hidden} -> {eager.gate_up_proj.shape[1] // 2} "
@@ -133,8 +156,12 @@ def main(argv=None) -> int:
                 for name, module in variants.items():
                     try:
                         y = module(x, index, weights).float()
-                        times[name] = time_call(lambda m=module: m(x, index, weights), args.rounds)
-                    except Exception as exc:  # noqa: BLE001 - grouped_mm may not run on every build
+                        if isinstance(module, _Graph):
+                            graph = module.capture(x, index, weights)
+                            times[name] = time_call(graph.replay, args.rounds)
+                        else:
+                            times[name] = time_call(lambda m=module: m(x, index, weights), args.rounds)
+                    except Exception as exc:  # noqa: BLE001 - grouped_mm may not run (or be captured) on every build
                         print(f"{tokens:>6}  {name:<26} failed: {type(exc).__name__}: {exc}"[:160], flush=True)
                         continue
                     err = ((y - y_ref).norm() / y_ref.norm()).item()

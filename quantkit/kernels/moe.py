@@ -95,9 +95,9 @@ def _accumulate(acc, x_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n, mask_n
             x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
             acc += _dot(x, a, F32)
         else:
-            k_even = k0 + 2 * offs_kh
-            x_even = tl.load(x_rows + k_even[None, :], mask=mask_m[:, None], other=0.0)
-            x_odd = tl.load(x_rows + (k_even + 1)[None, :], mask=mask_m[:, None], other=0.0)
+            # x's step loaded whole (coalesced), then split into the even and odd columns the codes multiply
+            x = tl.load(x_rows + (k0 + offs_k)[None, :], mask=mask_m[:, None], other=0.0)
+            x_even, x_odd = tl.split(tl.reshape(x, (x.shape[0], BLOCK_K // 2, 2)))
             part = _dot(x_even, a, F32) + _dot(x_odd, b, F32)
             acc += part * scale[None, :]
     return acc
@@ -177,7 +177,8 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     flat = top_k_index.reshape(-1)
     slots = flat.numel()
     device = flat.device
-    counts = torch.bincount(flat, minlength=num_experts)[:num_experts]
+    # scatter_add, not bincount: bincount sizes its output from the data, a host synchronization
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=device).scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
     ends = torch.cumsum(padded, 0)
     order = torch.argsort(flat, stable=True)
@@ -194,12 +195,15 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     return sorted_slots, block_expert, num_blocks
 
 
-def _blocks(slots: int, experts: int, fmt: int, group: int, k_in: int) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K): rows a block by the expected rows an expert; int4's K step is its group."""
+def _config(slots: int, experts: int, fmt: int, group: int, gated: bool) -> dict:
+    """Tiles by the expected rows an expert (slots spread evenly over the experts): 16-row blocks at decode sizes,
+    up to 128 at prefill sizes; int4's K step is its group. The gate / up kernel holds two accumulators, so its
+    N tile stays at 64."""
     rows = slots / max(1, min(experts, slots))
-    block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64
-    block_k = group if fmt == INT4 else 64
-    return block_m, 64, block_k
+    block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64 if rows <= 160 else 128
+    block_n = 64 if gated or block_m < 64 else 128
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=group if fmt == INT4 else 64,
+                num_warps=8 if block_m * block_n >= 128 * 64 else 4, num_stages=3)
 
 
 def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,
@@ -214,22 +218,22 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
     if not x.is_contiguous():
         x = x.contiguous()
     f32 = x.dtype == torch.float32 or _INTERPRET
-    block_m, block_n, block_k = _blocks(slots, experts, code, group_size, hidden)
+    up_cfg = _config(slots, experts, code, group_size, gated=True)
+    down_cfg = _config(slots, experts, code, group_size, gated=False)
+    block_m = up_cfg["BLOCK_M"]
     sorted_slots, block_expert, num_blocks = align(top_k_index, experts, block_m)
     grid_m = block_expert.numel()
     h = torch.empty(slots, inter, dtype=x.dtype, device=x.device)
     zero = [t[2] if t[2] is not None else t[1] for t in (gate, up, down)]
-    num_n = triton.cdiv(inter, block_n)
+    num_n = triton.cdiv(inter, up_cfg["BLOCK_N"])
     _gate_up_kernel[(grid_m * num_n,)](
         x, x.stride(0), sorted_slots, block_expert, num_blocks, gate[0], gate[1], zero[0], up[0], up[1], zero[1],
         h, inter, _bound(hidden), hidden // group_size if code == INT4 else 1, TOP_K=top_k, FORMAT=code,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, NUM_N=num_n, F32=f32, num_warps=4, num_stages=3)
+        NUM_N=num_n, F32=f32, **up_cfg)
     y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
     route = top_k_weights.reshape(-1).to(x.dtype).contiguous()
-    num_n = triton.cdiv(hidden, block_n)
-    _, _, block_k = _blocks(slots, experts, code, group_size, inter)
+    num_n = triton.cdiv(hidden, down_cfg["BLOCK_N"])
     _down_kernel[(grid_m * num_n,)](
         h, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden, _bound(inter),
-        inter // group_size if code == INT4 else 1, FORMAT=code, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_K=block_k, NUM_N=num_n, F32=f32, num_warps=4, num_stages=3)
+        inter // group_size if code == INT4 else 1, FORMAT=code, NUM_N=num_n, F32=f32, **down_cfg)
     return y.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)

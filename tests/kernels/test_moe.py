@@ -85,9 +85,10 @@ def assert_as_accurate_as_the_loop(ours, loop, exact, dtype, interpreter: bool):
 
 @pytest.mark.parametrize("recipe", ["int8-weight-only", INT4], ids=["int8", "int4"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("tokens,top_k", [(3, 2), (21, 3)])
+@pytest.mark.parametrize("tokens,top_k", [(3, 2), (21, 3), (150, 2), (500, 2)])
 def test_grouped_kernels_match_the_loop(kernel_device, recipe, dtype, tokens, top_k):
-    """Odd sizes: 96 -> 64 -> 96 with 6 experts; 21 tokens give expert 0 more than one 16-row block."""
+    """Odd sizes: 96 -> 64 -> 96 with 6 experts; 21 tokens give expert 0 more than one 16-row block; 150 and 500
+    tokens take the 64- and 128-row blocks."""
     if kernel_device == "cuda":
         pytest.skip("the GPU runs test_grouped_kernels_gpu at real shapes")
     experts = make_experts(6, 96, 64, recipe, dtype)
@@ -120,14 +121,39 @@ def test_stacks_follow_replaced_buffers():
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", ["int8-weight-only", "int4-weight-only"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("tokens", [1, 5, 300])
-def test_grouped_kernels_gpu(recipe, dtype, tokens):
-    """2048 -> 768 -> 2048, 64 experts, top-8: the Experts module on the GPU takes the grouped kernels."""
-    experts = make_experts(64, 2048, 768, recipe, dtype, device="cuda")
+@pytest.mark.parametrize("experts,tokens,top_k", [(64, 1, 8), (64, 5, 8), (64, 300, 8), (16, 600, 2), (8, 2048, 2)])
+def test_grouped_kernels_gpu(recipe, dtype, experts, tokens, top_k):
+    """2048 -> 768 -> 2048: the Experts module on the GPU takes the grouped kernels, at every block height."""
+    block = make_experts(experts, 2048, 768, recipe, dtype, device="cuda")
     x = torch.randn(tokens, 2048, dtype=dtype, device="cuda")
-    index, weights = routing(tokens, 64, 8, dtype, device="cuda")
+    index, weights = routing(tokens, experts, top_k, dtype, device="cuda")
     with torch.no_grad():
-        ours = experts(x, index, weights)
-        assert experts._stack_state is not None and experts._stack_state[0] is not None  # the kernels ran
-        loop = experts.forward_loop(x, index, weights)
-    assert_as_accurate_as_the_loop(ours, loop, truth(experts, x, index, weights), dtype, interpreter=False)
+        ours = block(x, index, weights)
+        assert block._stack_state is not None and block._stack_state[0] is not None  # the kernels ran
+        loop = block.forward_loop(x, index, weights)
+    assert_as_accurate_as_the_loop(ours, loop, truth(block, x, index, weights), dtype, interpreter=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["int8-weight-only", "int4-weight-only"])
+def test_grouped_kernels_in_a_cuda_graph_gpu(recipe):
+    """No host synchronization on the grouped path: a decode step's experts capture and replay."""
+    block = make_experts(32, 1024, 512, recipe, torch.bfloat16, device="cuda")
+    index, weights = routing(4, 32, 4, torch.bfloat16, device="cuda")
+    static_x = torch.randn(4, 1024, dtype=torch.bfloat16, device="cuda")
+    with torch.no_grad():
+        block(static_x, index, weights)  # stacks built, kernels compiled
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            block(static_x, index, weights)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = block(static_x, index, weights)
+        for _ in range(3):
+            new_x = torch.randn_like(static_x)
+            static_x.copy_(new_x)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(static_y, block(new_x, index, weights))
