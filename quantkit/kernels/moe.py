@@ -195,15 +195,22 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     return sorted_slots, block_expert, num_blocks
 
 
-def _config(slots: int, experts: int, fmt: int, group: int, gated: bool) -> dict:
-    """Tiles by the expected rows an expert (slots spread evenly over the experts): 16-row blocks at decode sizes,
-    up to 128 at prefill sizes; int4's K step is its group. The gate / up kernel holds two accumulators, so its
-    N tile stays at 64."""
-    rows = slots / max(1, min(experts, slots))
+def rows_per_expert(slots: int, experts: int) -> float:
+    """The rows an expert gets when the slots spread evenly over the experts (what the tiles are sized by)."""
+    return slots / max(1, min(experts, slots))
+
+
+def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes: int) -> dict:
+    """Tiles by the expected rows an expert: 16-row blocks at decode sizes, up to 128 at prefill sizes; int4's K
+    step is its group. The gate / up kernel holds two accumulators, so its N tile stays at 64. Two pipeline stages
+    where three x tiles would not fit in shared memory beside the codes (float32 x in 128-row blocks)."""
+    rows = rows_per_expert(slots, experts)
     block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64 if rows <= 160 else 128
     block_n = 64 if gated or block_m < 64 else 128
-    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=group if fmt == INT4 else 64,
-                num_warps=8 if block_m * block_n >= 128 * 64 else 4, num_stages=3)
+    block_k = group if fmt == INT4 else 64
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+                num_warps=8 if block_m * block_n >= 128 * 64 else 4,
+                num_stages=3 if block_m * block_k * x_bytes <= 32 * 1024 else 2)
 
 
 def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,
@@ -218,8 +225,8 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
     if not x.is_contiguous():
         x = x.contiguous()
     f32 = x.dtype == torch.float32 or _INTERPRET
-    up_cfg = _config(slots, experts, code, group_size, gated=True)
-    down_cfg = _config(slots, experts, code, group_size, gated=False)
+    up_cfg = _config(slots, experts, code, group_size, gated=True, x_bytes=x.element_size())
+    down_cfg = _config(slots, experts, code, group_size, gated=False, x_bytes=x.element_size())
     block_m = up_cfg["BLOCK_M"]
     sorted_slots, block_expert, num_blocks = align(top_k_index, experts, block_m)
     grid_m = block_expert.numel()

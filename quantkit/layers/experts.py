@@ -128,7 +128,7 @@ class Experts(nn.Module):
         self._stack_state = None  # the experts' buffers move one by one; the stacks are rebuilt on the next call
         return super()._apply(fn, recurse)
 
-    def _use_grouped_kernels(self, hidden_states: torch.Tensor) -> bool:
+    def _use_grouped_kernels(self, hidden_states: torch.Tensor, top_k: int) -> bool:
         """On a CUDA GPU (sm_80+, Triton importable), for inference: the grouped kernels of quantkit.kernels.moe.
         Training through the experts (an input that requires grad) and QUANTKIT_BACKEND=reference take the loop."""
         if not hidden_states.is_cuda or hidden_states.dim() != 2 or hidden_states.requires_grad:
@@ -137,11 +137,15 @@ class Experts(nn.Module):
 
         if _forced_backend() == "reference" or not grouped_moe_available(hidden_states.device):
             return False
-        return self._stacks() is not None
+        if self._stacks() is None:
+            return False
+        if torch.cuda.is_current_stream_capturing():
+            return True  # the loop synchronizes with the host; the grouped kernels do not
+        return not _loop_is_faster(self._stack_state[0][0], hidden_states.shape[0] * top_k, self.num_experts)
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
-        if self._use_grouped_kernels(hidden_states):
+        if self._use_grouped_kernels(hidden_states, top_k_index.shape[-1]):
             from quantkit.kernels.moe import experts_forward
 
             (fmt, group), stacks = self._stack_state[0], self._stack_state[1]
@@ -177,6 +181,17 @@ class Experts(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}" + (f", replaces={self.fused_class}" if self.fused_class else "")
+
+
+def _loop_is_faster(fmt: str, slots: int, experts: int) -> bool:
+    """Where the per-expert layers (tuned GEMMs, one launch per expert projection) beat the grouped kernels: many
+    rows an expert. Measured on an H100 (notes/moe.md, round 37): Mixtral-8x7B's experts at 2048 tokens (512 rows an
+    expert) 4.1 against 5.0 ms for int8, 4.4 against 9.3 for int4; int4 at 256 tokens (64 rows) 2.0 against 2.3.
+    With 128 experts the loop's launches dominate (Qwen3-30B-A3B at 2048 tokens: 42 ms against 1.2)."""
+    from quantkit.kernels.moe import rows_per_expert
+
+    rows = rows_per_expert(slots, experts)
+    return rows >= 256 or (fmt == "int4-weight-only" and rows >= 64 and experts <= 16)
 
 
 def _is_silu(act: nn.Module) -> bool:
