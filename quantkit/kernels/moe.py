@@ -35,8 +35,10 @@ import triton.language as tl
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-INT8, INT4 = 0, 1
-FORMATS = {"int8-weight-only": INT8, "int4-weight-only": INT4}
+INT8, INT4, INT8_DYNAMIC, FP8_BLOCK = 0, 1, 2, 3
+FORMATS = {"int8-weight-only": INT8, "int4-weight-only": INT4, "int8-dynamic": INT8_DYNAMIC, "fp8-block": FP8_BLOCK}
+#: the activation-quantizing formats: their kernels read x (and h) quantized by the family's own quantize_act
+_ACT_FAMILY = {INT8_DYNAMIC: "int8_dynamic", FP8_BLOCK: "fp8_block"}
 
 
 def _bound(value: int):
@@ -47,16 +49,12 @@ def _bound(value: int):
 @triton.jit
 def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
                  FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr):
-    """One K step of one expert's codes as dot operands [BLOCK_K(/2), BLOCK_N] in DTYPE (int4: even and odd codes
-    minus the zero-point; int8: the codes), and int4's group scale [BLOCK_N] (1.0 for int8)."""
-    if FORMAT == 0:
-        k = k0 + offs_k
-        ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * K + k[:, None]
-        codes = tl.load(ptrs, mask=mask_n[None, :] & (k[:, None] < K), other=0)
-        # int -> float32 -> DTYPE: the interpreter bitcasts an integer converted straight to bfloat16
-        w = codes.to(tl.float32).to(DTYPE)
-        return w, w, tl.full((BLOCK_K,), 1.0, tl.float32)
-    else:
+    """One K step of one expert's codes as dot operands [BLOCK_K(/2), BLOCK_N] and a per-column scale [BLOCK_N] for
+    the step's partial sum: int8 weight-only the codes in DTYPE (scale 1; the channel scale comes after the loop);
+    int4 the even and odd codes minus the zero-point in DTYPE, the group's scale; int8-dynamic the int8 codes;
+    fp8-block the e4m3 codes and the 128 x 128 block's scale."""
+    k = k0 + offs_k
+    if FORMAT == 1:
         g = k0 // BLOCK_K
         half = K // 2
         j = k0 // 2 + offs_kh
@@ -65,15 +63,31 @@ def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K,
         qp = (e * N + offs_n).to(tl.int64) * GROUPS + g
         zero = tl.load(z_ptr + qp, mask=mask_n, other=0).to(tl.int32)
         scale = tl.load(s_ptr + qp, mask=mask_n, other=0.0).to(tl.float32)
+        # integer -> float32 -> DTYPE: the interpreter bitcasts an integer converted straight to bfloat16
         even = ((packed & 15) - zero[None, :]).to(tl.float32).to(DTYPE)
         odd = ((packed >> 4) - zero[None, :]).to(tl.float32).to(DTYPE)
         return even, odd, scale
+    else:
+        ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * K + k[:, None]
+        codes = tl.load(ptrs, mask=mask_n[None, :] & (k[:, None] < K), other=0)
+        if FORMAT == 0:
+            w = codes.to(tl.float32).to(DTYPE)
+            return w, w, tl.full((BLOCK_K,), 1.0, tl.float32)
+        elif FORMAT == 2:
+            return codes, codes, tl.full((BLOCK_K,), 1.0, tl.float32)
+        else:
+            # the e4m3 codes arrive as their bytes (uint8): masked loads of float8 need no fill value then
+            w = codes.to(tl.float8e4nv, bitcast=True)
+            blocks_k = GROUPS  # ceil(K / 128): the weight scale is [E, ceil(N / 128), ceil(K / 128)]
+            sp = (e * tl.cdiv(N, 128) + offs_n // 128).to(tl.int64) * blocks_k + k0 // 128
+            scale = tl.load(s_ptr + sp, mask=mask_n, other=0.0)
+            return w, w, scale
 
 
 @triton.jit
 def _dot(a, b, F32: tl.constexpr):
-    """F32: float32 operands in IEEE float32 (float32 x; and under the interpreter, whose numpy has no bfloat16
-    dot, the bf16 / fp16 operands widened exactly)."""
+    """F32: float32 operands in IEEE float32 (float32 x; and under the interpreter, whose numpy has no bfloat16 or
+    float8 dot, the operands widened exactly)."""
     if F32:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     else:
@@ -81,26 +95,59 @@ def _dot(a, b, F32: tl.constexpr):
 
 
 @triton.jit
-def _accumulate(acc, x_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, K, N, GROUPS, stride_x,
+def _dot_i8(a, b, F32: tl.constexpr):
+    """int8 x int8 -> int32, exact (the interpreter's float32 dot is exact for its small test shapes)."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee").to(tl.int32)
+    else:
+        return tl.dot(a, b, out_dtype=tl.int32)
+
+
+@triton.jit
+def _accumulate(acc, x_ptr, xs_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, K, N, GROUPS, stride_x,
                 FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr, F32: tl.constexpr):
-    """acc [BLOCK_M, BLOCK_N] += x[rows] @ W[e][offs_n]^T over all of K (int8: before the channel scale)."""
+    """acc [BLOCK_M, BLOCK_N] += x[rows] @ W[e][offs_n]^T over all of K: float32 (int8 weight-only before its
+    channel scale; fp8-block with both block scales applied per step), int32 for int8-dynamic."""
     offs_k = tl.arange(0, BLOCK_K)
     offs_kh = tl.arange(0, BLOCK_K // 2)
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_x
     for k0 in range(0, K, BLOCK_K):
         a, b, scale = _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
                                    FORMAT, BLOCK_K, DTYPE)
-        if FORMAT == 0:
-            k = k0 + offs_k
-            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
-            acc += _dot(x, a, F32)
-        else:
+        k = k0 + offs_k
+        if FORMAT == 1:
             # x's step loaded whole (coalesced), then split into the even and odd columns the codes multiply
-            x = tl.load(x_rows + (k0 + offs_k)[None, :], mask=mask_m[:, None], other=0.0)
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None], other=0.0)
             x_even, x_odd = tl.split(tl.reshape(x, (x.shape[0], BLOCK_K // 2, 2)))
             part = _dot(x_even, a, F32) + _dot(x_odd, b, F32)
             acc += part * scale[None, :]
+        elif FORMAT == 0:
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
+            acc += _dot(x, a, F32)
+        elif FORMAT == 2:
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0)
+            acc += _dot_i8(x, a, F32)
+        else:
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0)
+            x = x.to(tl.float8e4nv, bitcast=True)
+            # x's scales [rows, ceil(K / 128)] (GROUPS), as the weight's K blocks
+            x_scale = tl.load(xs_ptr + rows.to(tl.int64) * GROUPS + k0 // 128, mask=mask_m, other=0.0)
+            acc += _dot(x, a, F32) * x_scale[:, None] * scale[None, :]
     return acc
+
+
+@triton.jit
+def _finish(acc, xs_ptr, rows, mask_m, s_ptr, e, offs_n, mask_n, N, FORMAT: tl.constexpr):
+    """The accumulator as float32 with its remaining scales: int8 weight-only's channel scale, int8-dynamic's
+    ``(acc * x_scale[row]) * w_scale[n]`` (the reference's order)."""
+    if FORMAT == 0:
+        return acc * tl.load(s_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    elif FORMAT == 2:
+        x_scale = tl.load(xs_ptr + rows, mask=mask_m, other=0.0)
+        w_scale = tl.load(s_ptr + e * N + offs_n, mask=mask_n, other=0.0)
+        return acc.to(tl.float32) * x_scale[:, None] * w_scale[None, :]
+    else:
+        return acc
 
 
 @triton.jit
@@ -119,7 +166,7 @@ def _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, DIV: tl.cons
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr,
+def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr,
                     gw_ptr, gs_ptr, gz_ptr, uw_ptr, us_ptr, uz_ptr, h_ptr, N, K, GROUPS,
                     TOP_K: tl.constexpr, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr):
@@ -129,18 +176,16 @@ def _gate_up_kernel(x_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blo
         DTYPE = h_ptr.dtype.element_ty
         offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
-        gate = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        gate = _accumulate(gate, x_ptr, rows, valid, gw_ptr, gs_ptr, gz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+        acc_type = tl.int32 if FORMAT == 2 else tl.float32
+        gate = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
+        up = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
+        gate = _accumulate(gate, x_ptr, xs_ptr, rows, valid, gw_ptr, gs_ptr, gz_ptr, e, offs_n, mask_n, K, N, GROUPS,
                            stride_x, FORMAT, BLOCK_K, DTYPE, F32)
-        up = _accumulate(up, x_ptr, rows, valid, uw_ptr, us_ptr, uz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+        up = _accumulate(up, x_ptr, xs_ptr, rows, valid, uw_ptr, us_ptr, uz_ptr, e, offs_n, mask_n, K, N, GROUPS,
                          stride_x, FORMAT, BLOCK_K, DTYPE, F32)
-        if FORMAT == 0:
-            gate = gate * tl.load(gs_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-            up = up * tl.load(us_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-        # the reference rounds each projection's output to x's dtype before the activation (they are layers)
-        gate = gate.to(DTYPE).to(tl.float32)
-        up = up.to(DTYPE).to(tl.float32)
+        # each projection's output rounded to x's dtype before the activation, as the layers' outputs are
+        gate = _finish(gate, xs_ptr, rows, valid, gs_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
+        up = _finish(up, xs_ptr, rows, valid, us_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
         act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
         h = (act * up).to(DTYPE)
         ptrs = h_ptr + tl.where(valid, slots, 0).to(tl.int64)[:, None] * N + offs_n[None, :]
@@ -148,24 +193,23 @@ def _gate_up_kernel(x_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blo
 
 
 @triton.jit
-def _down_kernel(h_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, dw_ptr, ds_ptr, dz_ptr,
+def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, dw_ptr, ds_ptr, dz_ptr,
                  route_ptr, y_ptr, N, K, GROUPS, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr):
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr,
+                 DTYPE: tl.constexpr):
     live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, 1,
                                                        BLOCK_M, NUM_N)
     if live:
-        DTYPE = h_ptr.dtype.element_ty
         offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-        acc = _accumulate(acc, h_ptr, rows, valid, dw_ptr, ds_ptr, dz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.int32 if FORMAT == 2 else tl.float32)
+        acc = _accumulate(acc, h_ptr, hs_ptr, rows, valid, dw_ptr, ds_ptr, dz_ptr, e, offs_n, mask_n, K, N, GROUPS,
                           K, FORMAT, BLOCK_K, DTYPE, F32)
-        if FORMAT == 0:
-            acc = acc * tl.load(ds_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+        out = _finish(acc, hs_ptr, rows, valid, ds_ptr, e, offs_n, mask_n, N, FORMAT)
         # the reference rounds the down projection's output to x's dtype, then weights it in that dtype
         # (in float32, rounded once: the interpreter has no bfloat16 arithmetic)
         route = tl.load(route_ptr + rows, mask=valid, other=0.0).to(tl.float32)
-        out = (acc.to(DTYPE).to(tl.float32) * route[:, None]).to(DTYPE).to(tl.float32)
+        out = (out.to(DTYPE).to(tl.float32) * route[:, None]).to(DTYPE).to(tl.float32)
         ptrs = y_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(ptrs, out, mask=valid[:, None] & mask_n[None, :])
 
@@ -207,16 +251,20 @@ def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes
     rows = rows_per_expert(slots, experts)
     block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64 if rows <= 160 else 128
     block_n = 64 if gated or block_m < 64 else 128
-    block_k = group if fmt == INT4 else 64
+    block_k = group if fmt == INT4 else 128 if fmt == FP8_BLOCK else 64
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
                 num_warps=8 if block_m * block_n >= 128 * 64 else 4,
                 num_stages=3 if block_m * block_k * x_bytes <= 32 * 1024 else 2)
 
 
 def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,
-                    gate: tuple, up: tuple, down: tuple, group_size: int = 0) -> torch.Tensor:
+                    gate: tuple, up: tuple, down: tuple, group_size: int = 0, scale_fmt: str | None = None
+                    ) -> torch.Tensor:
     """The experts of one block on ``x`` [T, H]: ``gate`` / ``up`` / ``down`` are the stacked buffers
-    ``(codes, scale, zero_point or None)`` of the format; returns [T, H] in x's dtype."""
+    ``(codes, scale, zero_point or None)`` of the format (``group_size``: int4's group; ``scale_fmt``: fp8-block's
+    activation scales); returns [T, H] in x's dtype."""
+    from quantkit.ops.dispatch import resolve
+
     code = FORMATS[fmt]
     tokens, hidden = x.shape
     top_k = top_k_index.shape[-1]
@@ -224,23 +272,45 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
     slots = tokens * top_k
     if not x.is_contiguous():
         x = x.contiguous()
-    f32 = x.dtype == torch.float32 or _INTERPRET
-    up_cfg = _config(slots, experts, code, group_size, gated=True, x_bytes=x.element_size())
-    down_cfg = _config(slots, experts, code, group_size, gated=False, x_bytes=x.element_size())
-    block_m = up_cfg["BLOCK_M"]
-    sorted_slots, block_expert, num_blocks = align(top_k_index, experts, block_m)
+    dtype = x.dtype
+    f32 = dtype == torch.float32 or _INTERPRET
+    x_bytes = 1 if code in _ACT_FAMILY else x.element_size()
+    up_cfg = _config(slots, experts, code, group_size, gated=True, x_bytes=x_bytes)
+    down_cfg = _config(slots, experts, code, group_size, gated=False, x_bytes=x_bytes)
+    sorted_slots, block_expert, num_blocks = align(top_k_index, experts, up_cfg["BLOCK_M"])
     grid_m = block_expert.numel()
-    h = torch.empty(slots, inter, dtype=x.dtype, device=x.device)
+
+    def quantized(t: torch.Tensor):
+        """(the kernel's input, its scales): the activation-quantizing formats quantize as their layers do."""
+        if code == INT8_DYNAMIC:
+            return resolve("int8_dynamic", "quantize_act", t.device)(t)
+        if code == FP8_BLOCK:
+            q, scale = resolve("fp8_block", "quantize_act", t.device)(t, 128, scale_fmt)
+            return q.view(torch.uint8), scale
+        return t, t
+
+    if code == FP8_BLOCK:  # e4m3 codes as bytes (see _weight_step)
+        gate, up, down = ((t[0].view(torch.uint8),) + tuple(t[1:]) for t in (gate, up, down))
+
+    def groups(k: int) -> int:
+        return k // group_size if code == INT4 else -(-k // 128) if code == FP8_BLOCK else 1
+
     zero = [t[2] if t[2] is not None else t[1] for t in (gate, up, down)]
+    x_in, x_scale = quantized(x)
+    h = torch.empty(slots, inter, dtype=dtype, device=x.device)
     num_n = triton.cdiv(inter, up_cfg["BLOCK_N"])
     _gate_up_kernel[(grid_m * num_n,)](
-        x, x.stride(0), sorted_slots, block_expert, num_blocks, gate[0], gate[1], zero[0], up[0], up[1], zero[1],
-        h, inter, _bound(hidden), hidden // group_size if code == INT4 else 1, TOP_K=top_k, FORMAT=code,
-        NUM_N=num_n, F32=f32, **up_cfg)
+        x_in, x_scale, x_in.stride(0), sorted_slots, block_expert, num_blocks, gate[0], gate[1], zero[0], up[0],
+        up[1], zero[1], h, inter, _bound(hidden), groups(hidden), TOP_K=top_k, FORMAT=code, NUM_N=num_n, F32=f32,
+        **up_cfg)
+    h_in, h_scale = quantized(h)
     y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
-    route = top_k_weights.reshape(-1).to(x.dtype).contiguous()
+    route = top_k_weights.reshape(-1).to(dtype).contiguous()
     num_n = triton.cdiv(hidden, down_cfg["BLOCK_N"])
     _down_kernel[(grid_m * num_n,)](
-        h, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden, _bound(inter),
-        inter // group_size if code == INT4 else 1, FORMAT=code, NUM_N=num_n, F32=f32, **down_cfg)
-    return y.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)
+        h_in, h_scale, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden,
+        _bound(inter), groups(inter), FORMAT=code, NUM_N=num_n, F32=f32, DTYPE=_TL_DTYPES[dtype], **down_cfg)
+    return y.view(tokens, top_k, hidden).sum(dim=1).to(dtype)
+
+
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}

@@ -70,28 +70,33 @@ class Experts(nn.Module):
         return self._modules[str(index)]
 
     # ------------------------------------------------------------------ the grouped kernels' stacked buffers
-    def _grouped_format(self) -> tuple[str, int] | None:
-        """(format, group size) when every expert projection is a weight-only layer of one format and parameters,
-        without bias, and the activation is SiLU: what ``quantkit.kernels.moe`` computes. None otherwise."""
-        from quantkit.layers import Int4WeightOnlyLinear, Int8WeightOnlyLinear
+    def _grouped_format(self) -> tuple[str, int, str | None] | None:
+        """(format, int4's group size, fp8-block's scale format) when every expert projection is a quantized layer
+        of one format and parameters, without bias, and the activation is SiLU: what ``quantkit.kernels.moe``
+        computes. None otherwise."""
+        from quantkit.layers import Fp8BlockLinear, Int4WeightOnlyLinear, Int8DynamicLinear, Int8WeightOnlyLinear
 
         if not _is_silu(self.act_fn):
             return None
         first = self.expert(0)
         kind = type(first.gate)
-        if kind not in (Int8WeightOnlyLinear, Int4WeightOnlyLinear):
+        if kind not in (Int8WeightOnlyLinear, Int4WeightOnlyLinear, Int8DynamicLinear, Fp8BlockLinear):
             return None
-        group = getattr(first.gate, "group_size", 0)
+        params = (getattr(first.gate, "group_size", 0), getattr(first.gate, "block_size", 128),
+                  getattr(first.gate, "scale_fmt", None))
+        if params[1] != 128:
+            return None
         shapes = [(m.out_features, m.in_features) for m in (first.gate, first.up, first.down)]
         for index in range(self.num_experts):
             ex = self.expert(index)
             for module, shape in zip((ex.gate, ex.up, ex.down), shapes):
-                if type(module) is not kind or module.bias is not None or getattr(module, "group_size", 0) != group \
-                        or (module.out_features, module.in_features) != shape:
+                if type(module) is not kind or module.bias is not None or (module.out_features, module.in_features) \
+                        != shape or (getattr(module, "group_size", 0), getattr(module, "block_size", 128),
+                                     getattr(module, "scale_fmt", None)) != params:
                     return None
         if shapes[0] != shapes[1] or shapes[2] != (shapes[0][1], shapes[0][0]):
             return None
-        return kind.format_name, group
+        return kind.format_name, params[0], params[2]
 
     def _stacks(self) -> dict[str, tuple] | None:
         """{"gate" | "up" | "down": (codes, scale, zero-point or None)}, each the role's buffers stacked over the
@@ -105,8 +110,8 @@ class Experts(nn.Module):
         if fmt is None:
             self._stack_state = (None, None, probe)
             return None
-        names = ("weight", "weight_scale") if fmt[0] == "int8-weight-only" else \
-            ("weight_packed", "weight_scale", "weight_zero_point")
+        names = ("weight_packed", "weight_scale", "weight_zero_point") if fmt[0] == "int4-weight-only" else \
+            ("weight", "weight_scale")
         stacks = {}
         for role in ("gate", "up", "down"):
             layers = [getattr(self.expert(i), role) for i in range(self.num_experts)]
@@ -133,12 +138,14 @@ class Experts(nn.Module):
         Training through the experts (an input that requires grad) and QUANTKIT_BACKEND=reference take the loop."""
         if not hidden_states.is_cuda or hidden_states.dim() != 2 or hidden_states.requires_grad:
             return False
-        from quantkit.ops.dispatch import _forced_backend, grouped_moe_available
+        from quantkit.ops.dispatch import _forced_backend, fp8_capable, grouped_moe_available
 
         if _forced_backend() == "reference" or not grouped_moe_available(hidden_states.device):
             return False
         if self._stacks() is None:
             return False
+        if self._stack_state[0][0] == "fp8-block" and not fp8_capable(hidden_states.device):
+            return False  # e4m3 tensor cores: sm_89 and newer
         if torch.cuda.is_current_stream_capturing():
             return True  # the loop synchronizes with the host; the grouped kernels do not
         return not _loop_is_faster(self._stack_state[0][0], hidden_states.shape[0] * top_k, self.num_experts)
@@ -148,9 +155,9 @@ class Experts(nn.Module):
         if self._use_grouped_kernels(hidden_states, top_k_index.shape[-1]):
             from quantkit.kernels.moe import experts_forward
 
-            (fmt, group), stacks = self._stack_state[0], self._stack_state[1]
+            (fmt, group, scale_fmt), stacks = self._stack_state[0], self._stack_state[1]
             return experts_forward(hidden_states, top_k_index, top_k_weights, fmt, stacks["gate"], stacks["up"],
-                                   stacks["down"], group)
+                                   stacks["down"], group, scale_fmt)
         return self.forward_loop(hidden_states, top_k_index, top_k_weights)
 
     def forward_loop(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,

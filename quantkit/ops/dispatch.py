@@ -180,3 +180,9 @@ def grouped_moe_available(device: torch.device) -> bool:
     if device.type != "cuda":
         return False
     return _grouped_moe(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def fp8_capable(device: torch.device) -> bool:
+    """Whether ``device`` has e4m3 tensor cores (sm_89 and newer)."""
+    return device.type == "cuda" and _capability(device.index if device.index is not None
+                                                 else torch.cuda.current_device()) >= (8, 9)
