@@ -1,20 +1,24 @@
-"""A mixture-of-experts block's experts in two launches: grouped GEMMs over the weight-only formats' stacked codes.
+"""A mixture-of-experts block's experts in two grouped launches over the quantized layers' stacked buffers.
 
 What :class:`quantkit.layers.experts.Experts` computes with one quantized linear call per expert projection (the
-reference), here without a loop over the experts and without a host synchronization::
+reference loop), here without a loop over the experts and without a host synchronization (so a decode step's experts
+can be captured in a CUDA graph)::
 
-    h[s]   = act(x[t(s)] @ gate[e(s)]^T) * (x[t(s)] @ up[e(s)]^T)        s = a (token, slot) pair, e(s) its expert
+    h[s]   = silu(x[t(s)] @ gate[e(s)]^T) * (x[t(s)] @ up[e(s)]^T)       s = a (token, slot) pair, e(s) its expert
     y[t]   = sum over the token's k slots of  w(s) * (h[s] @ down[e(s)]^T)
 
 1. :func:`align` (torch ops on the GPU) sorts the T·k slots by expert and pads each expert's run to a multiple of
    BLOCK_M rows: ``sorted_slots`` (-1 in the padding), the expert of each BLOCK_M block, and the number of blocks
    (a device scalar: the grid is an upper bound, the programs past the real blocks return at once).
 2. ``_gate_up_kernel``: a program takes one block of one expert's rows and BLOCK_N columns of the intermediate
-   dimension, streams the gate and the up codes of that expert over K, dequantizes them in registers and runs two
-   ``tl.dot``; the epilogue applies the scales and ``silu(gate) * up`` and writes h [T·k, I] in x's dtype.
+   dimension, streams that expert's gate and up codes over K and runs two ``tl.dot``; the epilogue applies the
+   remaining scales and ``silu(gate) * up`` and writes h [T·k, I] in x's dtype.
 3. ``_down_kernel``: the same over h's rows and the down codes; the epilogue multiplies by the slot's routing
    weight and writes float32 [T·k, H]; the k slots of each token are summed by one ``sum`` (deterministic, unlike
    atomics), then cast to x's dtype.
+
+Rounding follows the layers: each projection's output is rounded to x's dtype, then the activation, the product
+and the routing weight are each rounded to it, as the loop's tensor operations round them.
 
 Formats (the layers' buffers, stacked over the experts: ``[E, ...]``):
     int8 weight-only   codes int8 [E, N, K], scale float32 [E, N]: ``acc = x @ codes^T`` (integers are exact in
@@ -23,7 +27,14 @@ Formats (the layers' buffers, stacked over the experts: ``[E, ...]``):
                        BLOCK_K is the group size, so each K step is one group: the even and odd codes minus the
                        zero-point (exact small integers) multiply x's even and odd columns in two dots, and the
                        group's scale multiplies the step's float32 partial sum.
-float32 x runs its dots in IEEE float32 (no TF32), as the reference.
+    int8-dynamic       codes int8 [E, N, K], scale [E, N]; x (per token) and h (per slot) quantized by the family's
+                       ``quantize_act``, as the layer quantizes its input: int8 dots into an int32 accumulator, then
+                       ``(acc * x_scale) * w_scale``, the reference's order.
+    fp8-block          e4m3 codes [E, N, K] (passed as bytes), scales float32 [E, ceil(N/128), ceil(K/128)]; x and h
+                       quantized per 1 x 128 group by the family's ``quantize_act``: BLOCK_K = 128, each step's e4m3
+                       dot times the row's and the block's scales (sm_89 and newer).
+float32 x runs its dots in IEEE float32 (no TF32), as the reference. Under the interpreter every dot runs on float32
+copies of its operands (numpy has neither bfloat16 nor float8 arithmetic; the values are exact in float32).
 """
 from __future__ import annotations
 
