@@ -44,6 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
+from quantkit.kernels.launch import cached
+
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 INT8, INT4, INT8_DYNAMIC, FP8_BLOCK = 0, 1, 2, 3
@@ -225,6 +227,51 @@ def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_p
         tl.store(ptrs, out, mask=valid[:, None] & mask_n[None, :])
 
 
+@triton.jit
+def _align_kernel(ids_ptr, S, rank_ptr, sorted_ptr, block_expert_ptr, num_blocks_ptr, CAPACITY, E: tl.constexpr,
+                  E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+    """:func:`align` in one program (one launch instead of some 25 torch operations: decode sizes, where the host's
+    time is the cost). Pass 1: each slot's rank among the earlier slots of its expert, and the experts' counts;
+    the padded runs' ends by a cumulative sum. Pass 2: every slot stored at its expert's start plus its rank (the
+    buffer filled with -1 first), and each block's expert: the number of runs that end at or before its start."""
+    experts = tl.arange(0, E_PAD)
+    running = tl.zeros((E_PAD,), tl.int32)
+    for c0 in range(0, S, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
+        onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+        before = tl.cumsum(onehot, axis=0) - onehot + running[None, :]
+        tl.store(rank_ptr + offs, tl.sum(before * onehot, axis=1), mask=offs < S)
+        running += tl.sum(onehot, axis=0)
+    padded = (running + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    starts = ends - padded
+    for p0 in range(0, CAPACITY, CHUNK * 4):
+        offs = p0 + tl.arange(0, CHUNK * 4)
+        tl.store(sorted_ptr + offs, tl.full((CHUNK * 4,), -1, tl.int32), mask=offs < CAPACITY)
+    tl.debug_barrier()
+    for c0 in range(0, S, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
+        onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+        pos = tl.sum(onehot * starts[None, :], axis=1) + tl.load(rank_ptr + offs, mask=offs < S, other=0)
+        tl.store(sorted_ptr + pos, offs, mask=offs < S)
+    for b0 in range(0, CAPACITY // BLOCK_M, CHUNK):
+        blocks = b0 + tl.arange(0, CHUNK)
+        done = (ends[None, :] <= (blocks * BLOCK_M)[:, None]) & (experts[None, :] < E)
+        expert = tl.minimum(tl.sum(done.to(tl.int32), axis=1), E - 1)
+        tl.store(block_expert_ptr + blocks, expert, mask=blocks < CAPACITY // BLOCK_M)
+    tl.store(num_blocks_ptr, tl.sum(padded, axis=0) // BLOCK_M)
+
+
+_align_fast = cached(_align_kernel)
+_gate_up_fast = cached(_gate_up_kernel)
+_down_fast = cached(_down_kernel)
+
+#: at most this many slots, :func:`align` runs as one program (``_align_kernel``); above, as torch operations
+ALIGN_KERNEL_SLOTS = 1024
+
+
 def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     """(sorted_slots int32 [P], block_expert int32 [P / block_m], num_blocks int32 [1]): the T·k slots sorted by
     expert, each expert's run padded with -1 to a multiple of ``block_m``; P bounds the padded length from the host
@@ -232,6 +279,18 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     flat = top_k_index.reshape(-1)
     slots = flat.numel()
     device = flat.device
+    capacity = slots + min(num_experts, slots) * (block_m - 1)
+    capacity = (capacity + block_m - 1) // block_m * block_m
+    if slots <= ALIGN_KERNEL_SLOTS:
+        e_pad = triton.next_power_of_2(num_experts)
+        sorted_slots = torch.empty(capacity, dtype=torch.int32, device=device)
+        block_expert = torch.empty(capacity // block_m, dtype=torch.int32, device=device)
+        num_blocks = torch.empty(1, dtype=torch.int32, device=device)
+        rank = torch.empty(slots, dtype=torch.int32, device=device)
+        _align_fast[(1,)](flat, _bound(slots), rank, sorted_slots, block_expert, num_blocks, _bound(capacity),
+                          E=num_experts, E_PAD=e_pad, BLOCK_M=block_m, CHUNK=max(16, min(128, 8192 // e_pad)),
+                          num_warps=8)
+        return sorted_slots, block_expert, num_blocks
     # scatter_add, not bincount: bincount sizes its output from the data, a host synchronization
     counts = torch.zeros(num_experts, dtype=torch.int64, device=device).scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
@@ -240,8 +299,6 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     expert_sorted = flat[order]
     first_of_expert = torch.cumsum(counts, 0) - counts
     pos = (ends - padded)[expert_sorted] + torch.arange(slots, device=device) - first_of_expert[expert_sorted]
-    capacity = slots + min(num_experts, slots) * (block_m - 1)
-    capacity = (capacity + block_m - 1) // block_m * block_m
     sorted_slots = torch.full((capacity,), -1, dtype=torch.int32, device=device)
     sorted_slots[pos] = order.to(torch.int32)
     starts = torch.arange(0, capacity, block_m, device=device)
@@ -310,7 +367,7 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
     x_in, x_scale = quantized(x)
     h = torch.empty(slots, inter, dtype=dtype, device=x.device)
     num_n = triton.cdiv(inter, up_cfg["BLOCK_N"])
-    _gate_up_kernel[(grid_m * num_n,)](
+    _gate_up_fast[(grid_m * num_n,)](
         x_in, x_scale, x_in.stride(0), sorted_slots, block_expert, num_blocks, gate[0], gate[1], zero[0], up[0],
         up[1], zero[1], h, inter, _bound(hidden), groups(hidden), TOP_K=top_k, FORMAT=code, NUM_N=num_n, F32=f32,
         **up_cfg)
@@ -318,7 +375,7 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
     y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
     route = top_k_weights.reshape(-1).to(dtype).contiguous()
     num_n = triton.cdiv(hidden, down_cfg["BLOCK_N"])
-    _down_kernel[(grid_m * num_n,)](
+    _down_fast[(grid_m * num_n,)](
         h_in, h_scale, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden,
         _bound(inter), groups(inter), FORMAT=code, NUM_N=num_n, F32=f32, DTYPE=_TL_DTYPES[dtype], **down_cfg)
     return y.view(tokens, top_k, hidden).sum(dim=1).to(dtype)

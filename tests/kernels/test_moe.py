@@ -37,10 +37,14 @@ def routing(tokens: int, experts: int, top_k: int, dtype, device="cpu"):
     return index.to(device), weights.to(device)
 
 
+@pytest.mark.parametrize("one_program", [True, False], ids=["kernel", "torch"])
 @pytest.mark.parametrize("block_m", [16, 32])
-def test_align_sorts_and_pads_each_expert(block_m):
-    index = torch.tensor([[3, 0], [0, 1], [3, 1], [0, 3], [1, 0]])
-    sorted_slots, block_expert, num_blocks = moe.align(index, 5, block_m)
+def test_align_sorts_and_pads_each_expert(kernel_device, monkeypatch, block_m, one_program):
+    if not one_program:
+        monkeypatch.setattr(moe, "ALIGN_KERNEL_SLOTS", 0)
+    index = torch.tensor([[3, 0], [0, 1], [3, 1], [0, 3], [1, 0]] * 7, device=kernel_device)  # 70 slots
+    sorted_slots, block_expert, num_blocks = (t.cpu() for t in moe.align(index, 5, block_m))
+    index = index.cpu()
     flat = index.reshape(-1)
     counts = torch.bincount(flat, minlength=5)
     assert int(num_blocks) == int(((counts + block_m - 1) // block_m).sum())
