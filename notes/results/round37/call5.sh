@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Round 37, call 5 (H100): align() as one Triton program at decode sizes and cached launches (host time of the
+# eager grouped path). GPU tests of the kernels and the experts, then scripts/bench_moe.py.
 set -u
 export PYTHONPATH=$PWD TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1 QUANTKIT_MINILM_DIR=$PWD/.carry/minilm
 mkdir -p $OUT/r
