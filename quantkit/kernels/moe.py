@@ -26,9 +26,7 @@ Formats (the layers' buffers, stacked over the experts: ``[E, ...]``):
     int4 weight-only   packed uint8 [E, N, K/2] (low nibble first), scale [E, N, K/g], zero-point uint8 [E, N, K/g]:
                        BLOCK_K is the group size, so each K step is one group: the even and odd codes minus the
                        zero-point (exact small integers) multiply x's even and odd columns in two dots, and the
-                       group's scale multiplies the step's float32 partial sum. x is copied once with each group's
-                       even columns first, then its odd ones, and h is stored in that order, so both halves are
-                       contiguous loads (notes/moe.md: against splitting a loaded tile in registers).
+                       group's scale multiplies the step's float32 partial sum.
     int8-dynamic       codes int8 [E, N, K], scale [E, N]; x (per token) and h (per slot) quantized by the family's
                        ``quantize_act``, as the layer quantizes its input: int8 dots into an int32 accumulator, then
                        ``(acc * x_scale) * w_scale``, the reference's order.
@@ -131,10 +129,9 @@ def _accumulate(acc, x_ptr, xs_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n
                                    FORMAT, BLOCK_K, DTYPE)
         k = k0 + offs_k
         if FORMAT == 1:
-            # x (and h) arrive with each group's even columns first, then its odd ones (see experts_forward): the
-            # halves the even and odd codes multiply are two contiguous loads
-            x_even = tl.load(x_rows + (k0 + offs_kh)[None, :], mask=mask_m[:, None], other=0.0)
-            x_odd = tl.load(x_rows + (k0 + BLOCK_K // 2 + offs_kh)[None, :], mask=mask_m[:, None], other=0.0)
+            # x's step loaded whole (coalesced), then split into the even and odd columns the codes multiply
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None], other=0.0)
+            x_even, x_odd = tl.split(tl.reshape(x, (x.shape[0], BLOCK_K // 2, 2)))
             part = _dot(x_even, a, F32) + _dot(x_odd, b, F32)
             acc += part * scale[None, :]
         elif FORMAT == 0:
@@ -204,10 +201,7 @@ def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr,
         up = _finish(up, xs_ptr, rows, valid, us_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
         act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
         h = (act * up).to(DTYPE)
-        cols = offs_n
-        if FORMAT == 1:  # h stored as the down kernel reads it: each group's even columns, then its odd ones
-            cols = offs_n // BLOCK_K * BLOCK_K + (offs_n % BLOCK_K) // 2 + (offs_n % 2) * (BLOCK_K // 2)
-        ptrs = h_ptr + tl.where(valid, slots, 0).to(tl.int64)[:, None] * N + cols[None, :]
+        ptrs = h_ptr + tl.where(valid, slots, 0).to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(ptrs, h, mask=valid[:, None] & mask_n[None, :])
 
 
@@ -370,9 +364,6 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
         return k // group_size if code == INT4 else -(-k // 128) if code == FP8_BLOCK else 1
 
     zero = [t[2] if t[2] is not None else t[1] for t in (gate, up, down)]
-    if code == INT4:
-        # each group's even columns, then its odd ones: the order the packed codes' low and high nibbles come in
-        x = x.view(tokens, hidden // group_size, group_size // 2, 2).transpose(-1, -2).reshape(tokens, hidden)
     x_in, x_scale = quantized(x)
     h = torch.empty(slots, inter, dtype=dtype, device=x.device)
     num_n = triton.cdiv(inter, up_cfg["BLOCK_N"])
