@@ -276,7 +276,7 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     """(sorted_slots int32 [P], block_expert int32 [P / block_m], num_blocks int32 [1]): the T·k slots sorted by
     expert, each expert's run padded with -1 to a multiple of ``block_m``; P bounds the padded length from the host
     (no synchronization)."""
-    flat = top_k_index.reshape(-1)
+    flat = top_k_index.reshape(-1).long()  # routers may give int32 indices
     slots = flat.numel()
     device = flat.device
     capacity = slots + min(num_experts, slots) * (block_m - 1)

@@ -167,7 +167,7 @@ class Experts(nn.Module):
         slots are sorted by expert once, so the host learns the experts' token counts in one synchronization."""
         out = torch.zeros_like(hidden_states)
         top_k = top_k_index.shape[-1]
-        flat = top_k_index.reshape(-1)
+        flat = top_k_index.reshape(-1).long()  # routers may give int32 indices
         with torch.no_grad():
             order = torch.argsort(flat, stable=True)
             counts = torch.bincount(flat, minlength=self.num_experts)[:self.num_experts].tolist()

@@ -183,3 +183,20 @@ def test_grouped_kernels_in_a_cuda_graph_gpu(recipe):
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(static_y, block(new_x, index, weights))
+
+
+@pytest.mark.parametrize("one_program", [True, False], ids=["kernel", "torch"])
+def test_int32_routing_indices(kernel_device, monkeypatch, one_program):
+    """Routers that give int32 indices: the same result as int64 on both paths of align and in the loop."""
+    if not one_program:
+        monkeypatch.setattr(moe, "ALIGN_KERNEL_SLOTS", 0)
+    experts = make_experts(6, 96, 64, "int8-weight-only", torch.float32, device=kernel_device)
+    stacks = experts._stacks()
+    x = torch.randn(9, 96, device=kernel_device)
+    index, weights = routing(9, 6, 2, torch.float32, device=kernel_device)
+    with torch.no_grad():
+        wide = moe.experts_forward(x, index, weights, "int8-weight-only", stacks["gate"], stacks["up"], stacks["down"])
+        narrow = moe.experts_forward(x, index.int(), weights, "int8-weight-only", stacks["gate"], stacks["up"],
+                                     stacks["down"])
+        assert torch.equal(wide, narrow)
+        assert torch.equal(experts.forward_loop(x, index.int(), weights), experts.forward_loop(x, index, weights))
