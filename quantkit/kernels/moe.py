@@ -68,7 +68,7 @@ def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K,
     fp8-block the e4m3 codes and the 128 x 128 block's scale."""
     k = k0 + offs_k
     if FORMAT == 1:
-        g = k0 // BLOCK_K
+        g = k0 // (K // GROUPS)  # BLOCK_K divides the group size: a group may span several steps
         half = K // 2
         j = k0 // 2 + offs_kh
         ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * half + j[:, None]
@@ -326,11 +326,12 @@ def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes
 
 
 def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,
-                    gate: tuple, up: tuple, down: tuple, group_size: int = 0, scale_fmt: str | None = None
-                    ) -> torch.Tensor:
+                    gate: tuple, up: tuple, down: tuple, group_size: int = 0, scale_fmt: str | None = None,
+                    configs: tuple[dict, dict] | None = None) -> torch.Tensor:
     """The experts of one block on ``x`` [T, H]: ``gate`` / ``up`` / ``down`` are the stacked buffers
     ``(codes, scale, zero_point or None)`` of the format (``group_size``: int4's group; ``scale_fmt``: fp8-block's
-    activation scales); returns [T, H] in x's dtype."""
+    activation scales); returns [T, H] in x's dtype. ``configs``: the two kernels' launch configs (same BLOCK_M;
+    int4's BLOCK_K a divisor of the group, at least 32; fp8-block's 128), for probes; by default by size."""
     from quantkit.ops.dispatch import resolve
 
     code = FORMATS[fmt]
@@ -343,8 +344,11 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
     dtype = x.dtype
     f32 = dtype == torch.float32 or _INTERPRET
     x_bytes = 1 if code in _ACT_FAMILY else x.element_size()
-    up_cfg = _config(slots, experts, code, group_size, gated=True, x_bytes=x_bytes)
-    down_cfg = _config(slots, experts, code, group_size, gated=False, x_bytes=x_bytes)
+    if configs is not None:
+        up_cfg, down_cfg = configs
+    else:
+        up_cfg = _config(slots, experts, code, group_size, gated=True, x_bytes=x_bytes)
+        down_cfg = _config(slots, experts, code, group_size, gated=False, x_bytes=x_bytes)
     sorted_slots, block_expert, num_blocks = align(top_k_index, experts, up_cfg["BLOCK_M"])
     grid_m = block_expert.numel()
 

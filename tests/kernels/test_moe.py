@@ -200,3 +200,21 @@ def test_int32_routing_indices(kernel_device, monkeypatch, one_program):
                                      stacks["down"])
         assert torch.equal(wide, narrow)
         assert torch.equal(experts.forward_loop(x, index.int(), weights), experts.forward_loop(x, index, weights))
+
+
+def test_int4_steps_shorter_than_a_group(kernel_device):
+    """int4 with BLOCK_K half its group (the group's scale serves two steps): the default config's result."""
+    if kernel_device == "cuda":
+        pytest.skip("an interpreter test of the config override")
+    experts = make_experts(4, 128, 64, {**INT4, "group_size": 64}, torch.float32)
+    stacks = experts._stacks()
+    x = torch.randn(5, 128)
+    index, weights = routing(5, 4, 2, torch.float32)
+    up = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
+    down = dict(up, BLOCK_N=64)
+    with torch.no_grad():
+        default = moe.experts_forward(x, index, weights, "int4-weight-only", stacks["gate"], stacks["up"],
+                                      stacks["down"], 64)
+        short = moe.experts_forward(x, index, weights, "int4-weight-only", stacks["gate"], stacks["up"],
+                                    stacks["down"], 64, configs=(up, down))
+    assert rel_error(short, default) < 1e-6
