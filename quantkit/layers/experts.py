@@ -209,9 +209,19 @@ def _is_silu(act: nn.Module) -> bool:
 
 
 def fused_experts_params(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    """The floating parameters of ``module`` itself with three or more dimensions (fused experts hold them)."""
-    return [(name, p) for name, p in module._parameters.items()
-            if p is not None and p.dim() >= 3 and p.is_floating_point()]
+    """The 3-D floating parameters of ``module`` itself when it looks like a block's fused experts: a class named
+    ``...Experts`` or parameters named as experts' projections (a convolution's 3-D weight is not one)."""
+    if isinstance(module, nn.modules.conv._ConvNd):
+        return []
+    params = [(name, p) for name, p in module._parameters.items()
+              if p is not None and p.dim() == 3 and p.is_floating_point()]
+    if not params:
+        return []
+    named = any(name in _EXPERT_PARAM_NAMES for name, _ in params)
+    return params if named or "experts" in type(module).__name__.lower() else []
+
+
+_EXPERT_PARAM_NAMES = ("gate_up_proj", "down_proj", "up_proj", "gate_proj", "w1", "w2", "w3")
 
 
 def split_problem(module: nn.Module) -> str | None:

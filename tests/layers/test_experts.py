@@ -260,3 +260,14 @@ def test_input_gradient_through_quantized_experts():
     (grad_ours,) = torch.autograd.grad(experts(x, index, weights).square().sum(), x)
     (grad_theirs,) = torch.autograd.grad(original(x, index, weights).square().sum(), x)
     assert rel_error(grad_ours, grad_theirs) < 1e-5
+
+
+def test_convolutions_and_other_3d_parameters_are_not_experts():
+    """A convolution's 3-D / 4-D weight, or any 3-D parameter not named as experts' are, is no MoE block."""
+    model = nn.Sequential(nn.Conv1d(4, 8, 3), nn.Conv2d(8, 8, 3), nn.Linear(8, 8))
+    model.register_parameter("table", nn.Parameter(torch.randn(2, 3, 4)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = quantkit.quantize_(model, "int8-weight-only")
+    assert [m.name for m in report.modules] == ["2"] and not caught
+    assert split_fused_experts(model) == ({}, {})
