@@ -317,11 +317,14 @@ def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes
     step is its group, int8 weight-only's and fp8-block's 128. The gate / up kernel's two accumulators take 128
     columns up to 64-row blocks. From call 8's grid (notes/moe.md): int4 at Qwen3-30B-A3B's 2048 tokens 1,825 ->
     1,431 µs and Mixtral-8x7B's 256 tokens 2,268 -> 1,696 µs against the first sizes (64-wide gate / up tiles),
-    int8 weight-only at Qwen's 256 tokens 404 -> 344 µs (128-deep steps). Two pipeline stages where three x tiles
+    int8 weight-only at Qwen's 256 tokens 404 -> 344 µs (128-deep steps); int4 keeps 64-wide tiles in blocks of up
+    to 32 rows (call 9). Two pipeline stages where three x tiles
     would not fit in shared memory beside the codes (float32 x in 128-row blocks)."""
     rows = rows_per_expert(slots, experts)
     block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64 if rows <= 160 else 128
-    if gated:
+    if fmt == INT4 and block_m <= 32:
+        block_n = 64  # int4 at decode sizes: 128-wide tiles were slower (call 9: 47 -> 71 µs at Qwen's T = 1)
+    elif gated:
         block_n = 128 if block_m <= 64 else 64
     else:
         block_n = 64 if block_m == 64 else 128
