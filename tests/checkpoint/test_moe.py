@@ -120,3 +120,20 @@ def test_convert_keeps_ignored_experts(tmp_path):
         assert f.get_tensor("model.layers.0.block_sparse_moe.experts.0.w1.weight").dtype == torch.bfloat16
     loaded = load_quantized(tmp_path / "out")
     assert isinstance(loaded.get_submodule("model.layers.0.mlp.experts.0.w1"), torch.nn.Linear)
+
+
+@pytest.mark.parametrize("name,fmt", [("fp8-block", "fp8"), ("int8-dynamic", "compressed-tensors")])
+def test_stacked_experts_save_and_load(tmp_path, name, fmt):
+    """After a forward on the GPU the experts' buffers are views into stacked tensors (quantkit.kernels.moe): the
+    checkpoint is the same."""
+    model = tiny_mixtral(dtype=torch.bfloat16)
+    quantkit.quantize_(model, RECIPES[name])
+    save_quantized(model, tmp_path / "before", format=fmt)
+    for module in model.modules():
+        if isinstance(module, Experts):
+            assert module._stacks() is not None
+    save_quantized(model, tmp_path / "after", format=fmt)
+    assert (tmp_path / "before" / "model.safetensors").read_bytes() == (tmp_path / "after" / "model.safetensors").read_bytes()
+    loaded = load_quantized(tmp_path / "after")
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(bits(loaded.state_dict()[key]), bits(tensor)), key
