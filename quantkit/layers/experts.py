@@ -192,9 +192,9 @@ class Experts(nn.Module):
 
 def _loop_is_faster(fmt: str, slots: int, experts: int) -> bool:
     """Where the per-expert layers (tuned GEMMs, one launch per expert projection) beat the grouped kernels: many
-    rows an expert. Measured on an H100 (notes/moe.md, round 37): Mixtral-8x7B's experts at 2048 tokens (512 rows an
-    expert) 4.1 against 5.0 ms for int8, 4.4 against 9.3 for int4; int4 at 256 tokens (64 rows) 2.0 against 2.3.
-    With 128 experts the loop's launches dominate (Qwen3-30B-A3B at 2048 tokens: 42 ms against 1.2)."""
+    rows an expert. Measured on an H100 (BENCHMARKS.md round 37, call 10): Mixtral-8x7B's experts at 2048 tokens (512
+    rows an expert) 4.1 against 5.4 ms for int8, 4.5 against 9.3 for int4; int4 at 256 tokens (64 rows) 1.7 against
+    1.7. With 128 experts the loop's launches dominate (Qwen3-30B-A3B at 2048 tokens: 38 ms against 0.95)."""
     from quantkit.kernels.moe import rows_per_expert
 
     rows = rows_per_expert(slots, experts)
