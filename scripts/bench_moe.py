@@ -90,6 +90,19 @@ class _Loop(nn.Module):
         return self.experts.forward_loop(x, index, weights)
 
 
+def capture_graph(fn) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of one ``fn()`` call, after a warm-up call on a side stream (as capture requires)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 class _Graph(nn.Module):
     def __init__(self, experts):
         super().__init__()
@@ -99,20 +112,7 @@ class _Graph(nn.Module):
         return self.experts(x, index, weights)
 
     def capture(self, x, index, weights) -> torch.cuda.CUDAGraph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self.experts(x, index, weights)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.experts(x, index, weights)
-        return graph
-
-
-def weight_bytes(module: nn.Module) -> int:
-    tensors = list(module.parameters()) + list(module.buffers())
-    return sum(t.numel() * t.element_size() for t in tensors)
+        return capture_graph(lambda: self.experts(x, index, weights))
 
 
 def main(argv=None) -> int:
@@ -124,6 +124,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     import quantkit
+    from quantkit.bench.common import module_nbytes
 
     rows = []
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, quantkit {quantkit.__version__}", flush=True)
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
             variants[f"{recipe} (loop)"] = _Loop(variants[recipe])
             # the grouped kernels replayed from a CUDA graph: their GPU time, without the host's
             variants[f"{recipe} (graph)"] = _Graph(variants[recipe])
-        sizes = {name: weight_bytes(m) for name, m in variants.items()}
+        sizes = {name: module_nbytes(m) for name, m in variants.items()}
         hidden = eager.gate_up_proj.shape[-1]
         print(f"\n{shape}: {eager.gate_up_proj.shape[0]} experts, {hidden} -> {eager.gate_up_proj.shape[1] // 2} "
               f"-> {hidden}, top-{top_k}; weights {sizes['bf16 eager'] / 2**20:.0f} MiB in bf16", flush=True)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, "scripts")
-from bench_moe import SHAPES, make_experts, routing  # noqa: E402
+from bench_moe import SHAPES, capture_graph, make_experts, routing  # noqa: E402
 
 import quantkit  # noqa: E402
 from quantkit.kernels import moe  # noqa: E402
@@ -26,14 +26,7 @@ from quantkit.kernels import moe  # noqa: E402
 
 def timed(fn, rounds: int) -> float:
     fn()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    graph = capture_graph(fn)
     out = []
     for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -1,6 +1,8 @@
 """quantkit.ops.dispatch: which implementation runs for a family and a device, and on which device."""
 import types
 
+import pytest
+
 import torch
 
 from quantkit.ops import dispatch
@@ -43,3 +45,21 @@ def test_triton_functions_run_with_their_device_current(monkeypatch):
         assert impl(x) is x
         assert seen == [1, 1] and switches == [1] and current == [1], (function, seen, switches, current)
         current[0] = 0
+
+
+@pytest.mark.parametrize("capability,available", [((9, 0), {"fp8_block": True, "int4_weight_only": True}),
+                                                  ((8, 0), {"fp8_block": False, "int4_weight_only": True}),
+                                                  ((7, 5), {"fp8_block": False, "int4_weight_only": False})])
+def test_grouped_moe_kernels_need_what_the_formats_kernels_need(monkeypatch, capability, available):
+    """The grouped MoE kernels run where quantkit.kernels.moe and the experts' format run: fp8-block's e4m3 dots
+    from sm_89, the others from sm_80 (a faked GPU; nothing is launched)."""
+    pytest.importorskip("triton")
+    monkeypatch.setattr(dispatch, "_capability", lambda index: capability)
+    dispatch._grouped_moe.cache_clear()
+    try:
+        for family, expected in available.items():
+            assert dispatch.grouped_moe_available(torch.device("cuda", 0), family) is expected
+        assert not dispatch.grouped_moe_available(torch.device("cpu"), "int4_weight_only")
+    finally:
+        dispatch._grouped_moe.cache_clear()
+        dispatch._REPORTED.pop(("moe.experts", "cuda:0"), None)

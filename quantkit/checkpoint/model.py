@@ -5,7 +5,6 @@ import contextlib
 import json
 import logging
 import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -147,19 +146,13 @@ def checkpoint_key_map(model: nn.Module) -> dict[str, str]:
     tagged tensor per key and reads off the name each tag comes back under. Empty for other models, and when a
     conversion does not map keys one to one.
     """
+    from quantkit.layers.experts import as_saved
+
     if getattr(model, "config", None) is None:
         return {}
-    try:
-        from transformers.core_model_loading import revert_weight_conversion
-    except ImportError:  # transformers 4: checkpoints use the model's own names
-        return {}
     keys = list(model.state_dict(keep_vars=True))
-    tags = {key: torch.tensor([float(i)]) for i, key in enumerate(keys)}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            stored = revert_weight_conversion(model, tags)
-    except Exception:  # noqa: BLE001 - a conversion that cannot run on tags: names as in the model
+    stored = as_saved(model, {key: torch.tensor([float(i)]) for i, key in enumerate(keys)})
+    if stored is None:
         return {}
     out = {}
     for ckpt_key, tag in stored.items():

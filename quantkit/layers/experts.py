@@ -20,6 +20,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from quantkit.ops import dispatch
+
 #: the names of one expert's projections in most MoE checkpoints (Qwen-MoE, DeepSeek, OLMoE, ...)
 DEFAULT_NAMES = ("gate_proj", "up_proj", "down_proj")
 
@@ -138,14 +140,10 @@ class Experts(nn.Module):
         Training through the experts (an input that requires grad) and QUANTKIT_BACKEND=reference take the loop."""
         if not hidden_states.is_cuda or hidden_states.dim() != 2 or hidden_states.requires_grad:
             return False
-        from quantkit.ops.dispatch import _forced_backend, fp8_capable, grouped_moe_available
-
-        if _forced_backend() == "reference" or not grouped_moe_available(hidden_states.device):
+        if dispatch._forced_backend() == "reference" or self._stacks() is None:
             return False
-        if self._stacks() is None:
+        if not dispatch.grouped_moe_available(hidden_states.device, self._stack_state[0][0].replace("-", "_")):
             return False
-        if self._stack_state[0][0] == "fp8-block" and not fp8_capable(hidden_states.device):
-            return False  # e4m3 tensor cores: sm_89 and newer
         if torch.cuda.is_current_stream_capturing():
             return True  # the loop synchronizes with the host; the grouped kernels do not
         return not _loop_is_faster(self._stack_state[0][0], hidden_states.shape[0] * top_k, self.num_experts)
@@ -278,6 +276,24 @@ def split(module: nn.Module, names: tuple[str, str, str] = DEFAULT_NAMES) -> Exp
     return Experts(experts, module.act_fn, type(module).__name__)
 
 
+def as_saved(model: nn.Module, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """``tensors`` (model names) as transformers' ``save_pretrained`` would write them for ``model``: its load-time
+    conversions reverted (renames, fused experts split). None for a model that is not a transformers model, without
+    transformers 5, or where a conversion cannot run on these tensors."""
+    if getattr(model, "config", None) is None:
+        return None
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # transformers 4: checkpoints use the model's own names
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return revert_weight_conversion(model, tensors)
+    except Exception:  # noqa: BLE001 - a conversion that cannot run on small tagged tensors
+        return None
+
+
 def checkpoint_names(model: nn.Module, path: str, module: nn.Module) -> tuple[str, str, str]:
     """What the model's checkpoints call one expert's gate, up and down projections: ``("w1", "w3", "w2")`` for
     Mixtral, ``DEFAULT_NAMES`` for most others.
@@ -286,21 +302,11 @@ def checkpoint_names(model: nn.Module, path: str, module: nn.Module) -> tuple[st
     conversion runs on small tagged tensors ([E, 2, 1] and [E, 1, 1], each value naming its expert and role) and
     the names the tags come back under are read off. Falls back to ``DEFAULT_NAMES``.
     """
-    config = getattr(model, "config", None)
-    if config is None:
-        return DEFAULT_NAMES
-    try:
-        from transformers.core_model_loading import revert_weight_conversion
-    except ImportError:  # pragma: no cover - transformers 4
-        return DEFAULT_NAMES
     experts = module.gate_up_proj.shape[0]
     tags = {f"{path}.gate_up_proj": torch.arange(2 * experts, dtype=torch.float32).reshape(experts, 2, 1),
             f"{path}.down_proj": torch.arange(2 * experts, 3 * experts, dtype=torch.float32).reshape(experts, 1, 1)}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            stored = revert_weight_conversion(model, tags)
-    except Exception:  # noqa: BLE001 - a conversion quantkit cannot run on tags: keep the usual names
+    stored = as_saved(model, tags)
+    if stored is None:
         return DEFAULT_NAMES
     found: dict[int, set[str]] = {0: set(), 1: set(), 2: set()}
     for key, tensor in stored.items():

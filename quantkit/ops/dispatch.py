@@ -165,24 +165,20 @@ _REFERENCE_NAMES = {
 
 
 @functools.lru_cache(maxsize=None)
-def _grouped_moe(index: int) -> bool:
-    module, reason = _kernel_module("moe")
-    ok = module is not None and _capability(index) >= (8, 0)
+def _grouped_moe(index: int, family: str) -> bool:
     device = torch.device("cuda", index)
-    _report("moe", "experts", device, "triton" if ok else "reference",
-            "quantkit.kernels.moe.experts_forward" if ok else reason or "compute capability below 8.0")
-    return ok
+    module, reason = _why_not_triton("moe", device, "experts_forward")
+    if module is not None:  # and what the format's own kernels need (fp8-block's e4m3: sm_89)
+        module, reason = _why_not_triton(family, device, "linear")
+    _report("moe", "experts", device, "triton" if module is not None else "reference",
+            "quantkit.kernels.moe.experts_forward" if module is not None else reason)
+    return module is not None
 
 
-def grouped_moe_available(device: torch.device) -> bool:
-    """Whether quantkit.kernels.moe's grouped expert kernels run on ``device`` (a CUDA GPU of sm_80 or newer with
-    Triton); split MoE experts otherwise run one layer call per expert projection."""
+def grouped_moe_available(device: torch.device, family: str) -> bool:
+    """Whether quantkit.kernels.moe's grouped expert kernels run on ``device`` for experts of ``family``
+    (``"fp8_block"``, ...): a CUDA GPU where Triton and both kernel modules run. Split MoE experts otherwise run one
+    layer call per expert projection."""
     if device.type != "cuda":
         return False
-    return _grouped_moe(device.index if device.index is not None else torch.cuda.current_device())
-
-
-def fp8_capable(device: torch.device) -> bool:
-    """Whether ``device`` has e4m3 tensor cores (sm_89 and newer)."""
-    return device.type == "cuda" and _capability(device.index if device.index is not None
-                                                 else torch.cuda.current_device()) >= (8, 9)
+    return _grouped_moe(device.index if device.index is not None else torch.cuda.current_device(), family)

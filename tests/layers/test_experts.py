@@ -14,14 +14,7 @@ from tests.helpers import rel_error
 
 transformers = pytest.importorskip("transformers")
 
-@pytest.fixture(autouse=True)
-def _release_gpu_memory():
-    """Give the cached blocks back after each test: the GPU suite runs 12 processes on one GPU, and in round 37's
-    call 11 a test elsewhere in it ran out of memory beside processes holding up to 18 GB; the Qwen3-30B-A3B-sized
-    blocks here should not add to that."""
-    yield
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+pytestmark = pytest.mark.usefixtures("release_gpu_memory")
 
 
 SMALL = dict(vocab_size=128, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
