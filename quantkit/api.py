@@ -268,6 +268,11 @@ def quantize_(
         for linear in experts.modules():
             if isinstance(linear, nn.Linear) and not linear.weight.is_meta:
                 linear.weight = nn.Parameter(linear.weight.detach().clone(), requires_grad=linear.weight.requires_grad)
+    # the grouped experts operator reads each block's buffers stacked over its experts; stacked now, so that a
+    # compiled forward (which cannot check them) finds them
+    for module in model.modules():
+        if isinstance(module, Experts):
+            module.restack()
     report.modules.sort(key=lambda m: order.get(m.name, len(order)))
     return report
 

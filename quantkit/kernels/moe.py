@@ -24,9 +24,9 @@ Formats (the layers' buffers, stacked over the experts: ``[E, ...]``):
     int8 weight-only   codes int8 [E, N, K], scale float32 [E, N]: ``acc = x @ codes^T`` (integers are exact in
                        bf16 / fp16), times the scale after the K loop.
     int4 weight-only   packed uint8 [E, N, K/2] (low nibble first), scale [E, N, K/g], zero-point uint8 [E, N, K/g]:
-                       BLOCK_K is the group size, so each K step is one group: the even and odd codes minus the
-                       zero-point (exact small integers) multiply x's even and odd columns in two dots, and the
-                       group's scale multiplies the step's float32 partial sum.
+                       BLOCK_K divides the group size; each step's words become the weight ``(q - z) * s`` in
+                       registers (the int4 layers' PTX conversion), rounded once to x's dtype as the int4 layers'
+                       tile kernels round it from 17 rows on (float32 for float32 x), and one dot accumulates.
     int8-dynamic       codes int8 [E, N, K], scale [E, N]; x (per token) and h (per slot) quantized by the family's
                        ``quantize_act``, as the layer quantizes its input: int8 dots into an int32 accumulator, then
                        ``(acc * x_scale) * w_scale``, the reference's order.
@@ -38,12 +38,14 @@ copies of its operands (numpy has neither bfloat16 nor float8 arithmetic; the va
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 import triton
 import triton.language as tl
 
+from quantkit.kernels.int4_weight_only import _MODE_BF16, _MODE_F16, _MODE_F32, _dequant_pairs, _words_to_tile
 from quantkit.kernels.launch import cached
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -60,41 +62,44 @@ def _bound(value: int):
 
 
 @triton.jit
-def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
-                 FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr):
-    """One K step of one expert's codes as dot operands [BLOCK_K(/2), BLOCK_N] and a per-column scale [BLOCK_N] for
-    the step's partial sum: int8 weight-only the codes in DTYPE (scale 1; the channel scale comes after the loop);
-    int4 the even and odd codes minus the zero-point in DTYPE, the group's scale; int8-dynamic the int8 codes;
-    fp8-block the e4m3 codes and the 128 x 128 block's scale."""
+def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, K, N, GROUPS,
+                 FORMAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr,
+                 I4MODE: tl.constexpr):
+    """One K step of one expert's codes as the dot's B operand [BLOCK_K, BLOCK_N] and a per-column scale
+    [BLOCK_N] for the step's partial sum: int8 weight-only the codes in DTYPE (scale 1; the channel scale comes after
+    the loop); int4 the weight ``(q - z) * s`` itself (scale 1), converted from the packed words in registers as
+    the int4 layers' tile kernels do (``I4MODE``: float32, or bf16 / fp16 rounded once); int8-dynamic the int8
+    codes; fp8-block the e4m3 codes and the 128 x 128 block's scale."""
     k = k0 + offs_k
     if FORMAT == 1:
+        # [BLOCK_N, BLOCK_K / 8] little-endian int32 words, 8 codes each (the layers' packed bytes, K / 2 a row)
+        words_per_row = K // 8
+        words_ptr = w_ptr.to(tl.pointer_type(tl.int32))
+        ptrs = words_ptr + (e * N + offs_n[:, None]).to(tl.int64) * words_per_row + \
+            (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :]
+        words = tl.load(ptrs, mask=mask_n[:, None], other=0)
         g = k0 // (K // GROUPS)  # BLOCK_K divides the group size: a group may span several steps
-        half = K // 2
-        j = k0 // 2 + offs_kh
-        ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * half + j[:, None]
-        packed = tl.load(ptrs, mask=mask_n[None, :], other=0).to(tl.int32)
         qp = (e * N + offs_n).to(tl.int64) * GROUPS + g
-        zero = tl.load(z_ptr + qp, mask=mask_n, other=0).to(tl.int32)
-        scale = tl.load(s_ptr + qp, mask=mask_n, other=0.0).to(tl.float32)
-        # integer -> float32 -> DTYPE: the interpreter bitcasts an integer converted straight to bfloat16
-        even = ((packed & 15) - zero[None, :]).to(tl.float32).to(DTYPE)
-        odd = ((packed >> 4) - zero[None, :]).to(tl.float32).to(DTYPE)
-        return even, odd, scale
+        zero = tl.load(z_ptr + qp, mask=mask_n, other=0)
+        scale = tl.load(s_ptr + qp, mask=mask_n, other=0.0)
+        o0, o1, o2, o3 = _dequant_pairs(words, zero, scale, I4MODE, True)
+        w = tl.trans(_words_to_tile(o0, o1, o2, o3, BLOCK_N, BLOCK_K))
+        return w, tl.full((BLOCK_N,), 1.0, tl.float32)
     else:
         ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * K + k[:, None]
         codes = tl.load(ptrs, mask=mask_n[None, :] & (k[:, None] < K), other=0)
         if FORMAT == 0:
             w = codes.to(tl.float32).to(DTYPE)
-            return w, w, tl.full((BLOCK_K,), 1.0, tl.float32)
+            return w, tl.full((BLOCK_N,), 1.0, tl.float32)
         elif FORMAT == 2:
-            return codes, codes, tl.full((BLOCK_K,), 1.0, tl.float32)
+            return codes, tl.full((BLOCK_N,), 1.0, tl.float32)
         else:
             # the e4m3 codes arrive as their bytes (uint8): masked loads of float8 need no fill value then
             w = codes.to(tl.float8e4nv, bitcast=True)
             blocks_k = GROUPS  # ceil(K / 128): the weight scale is [E, ceil(N / 128), ceil(K / 128)]
             sp = (e * tl.cdiv(N, 128) + offs_n // 128).to(tl.int64) * blocks_k + k0 // 128
             scale = tl.load(s_ptr + sp, mask=mask_n, other=0.0)
-            return w, w, scale
+            return w, scale
 
 
 @triton.jit
@@ -118,34 +123,31 @@ def _dot_i8(a, b, F32: tl.constexpr):
 
 @triton.jit
 def _accumulate(acc, x_ptr, xs_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, K, N, GROUPS, stride_x,
-                FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr, F32: tl.constexpr):
+                FORMAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr,
+                F32: tl.constexpr, I4MODE: tl.constexpr):
     """acc [BLOCK_M, BLOCK_N] += x[rows] @ W[e][offs_n]^T over all of K: float32 (int8 weight-only before its
     channel scale; fp8-block with both block scales applied per step), int32 for int8-dynamic."""
     offs_k = tl.arange(0, BLOCK_K)
-    offs_kh = tl.arange(0, BLOCK_K // 2)
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_x
     for k0 in range(0, K, BLOCK_K):
-        a, b, scale = _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
-                                   FORMAT, BLOCK_K, DTYPE)
+        w, scale = _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, K, N, GROUPS, FORMAT, BLOCK_N,
+                                BLOCK_K, DTYPE, I4MODE)
         k = k0 + offs_k
-        if FORMAT == 1:
-            # x's step loaded whole (coalesced), then split into the even and odd columns the codes multiply
+        if FORMAT == 1:  # K is a multiple of the group, and so of BLOCK_K
             x = tl.load(x_rows + k[None, :], mask=mask_m[:, None], other=0.0)
-            x_even, x_odd = tl.split(tl.reshape(x, (x.shape[0], BLOCK_K // 2, 2)))
-            part = _dot(x_even, a, F32) + _dot(x_odd, b, F32)
-            acc += part * scale[None, :]
+            acc += _dot(x, w, F32)
         elif FORMAT == 0:
             x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
-            acc += _dot(x, a, F32)
+            acc += _dot(x, w, F32)
         elif FORMAT == 2:
             x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0)
-            acc += _dot_i8(x, a, F32)
+            acc += _dot_i8(x, w, F32)
         else:
             x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0)
             x = x.to(tl.float8e4nv, bitcast=True)
             # x's scales [rows, ceil(K / 128)] (GROUPS), as the weight's K blocks
             x_scale = tl.load(xs_ptr + rows.to(tl.int64) * GROUPS + k0 // 128, mask=mask_m, other=0.0)
-            acc += _dot(x, a, F32) * x_scale[:, None] * scale[None, :]
+            acc += _dot(x, w, F32) * x_scale[:, None] * scale[None, :]
     return acc
 
 
@@ -182,7 +184,7 @@ def _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, DIV: tl.cons
 def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr,
                     gw_ptr, gs_ptr, gz_ptr, uw_ptr, us_ptr, uz_ptr, h_ptr, N, K, GROUPS,
                     TOP_K: tl.constexpr, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr):
+                    BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr, I4MODE: tl.constexpr):
     live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, TOP_K,
                                                        BLOCK_M, NUM_N)
     if live:
@@ -193,9 +195,9 @@ def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr,
         gate = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
         up = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
         gate = _accumulate(gate, x_ptr, xs_ptr, rows, valid, gw_ptr, gs_ptr, gz_ptr, e, offs_n, mask_n, K, N, GROUPS,
-                           stride_x, FORMAT, BLOCK_K, DTYPE, F32)
+                           stride_x, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE)
         up = _accumulate(up, x_ptr, xs_ptr, rows, valid, uw_ptr, us_ptr, uz_ptr, e, offs_n, mask_n, K, N, GROUPS,
-                         stride_x, FORMAT, BLOCK_K, DTYPE, F32)
+                         stride_x, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE)
         # each projection's output rounded to x's dtype before the activation, as the layers' outputs are
         gate = _finish(gate, xs_ptr, rows, valid, gs_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
         up = _finish(up, xs_ptr, rows, valid, us_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
@@ -209,7 +211,7 @@ def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr,
 def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, dw_ptr, ds_ptr, dz_ptr,
                  route_ptr, y_ptr, N, K, GROUPS, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr,
-                 DTYPE: tl.constexpr):
+                 DTYPE: tl.constexpr, I4MODE: tl.constexpr):
     live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, 1,
                                                        BLOCK_M, NUM_N)
     if live:
@@ -217,7 +219,7 @@ def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_p
         mask_n = offs_n < N
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.int32 if FORMAT == 2 else tl.float32)
         acc = _accumulate(acc, h_ptr, hs_ptr, rows, valid, dw_ptr, ds_ptr, dz_ptr, e, offs_n, mask_n, K, N, GROUPS,
-                          K, FORMAT, BLOCK_K, DTYPE, F32)
+                          K, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE)
         out = _finish(acc, hs_ptr, rows, valid, ds_ptr, e, offs_n, mask_n, N, FORMAT)
         # the reference rounds the down projection's output to x's dtype, then weights it in that dtype
         # (in float32, rounded once: the interpreter has no bfloat16 arithmetic)
@@ -283,10 +285,10 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     capacity = (capacity + block_m - 1) // block_m * block_m
     if slots <= ALIGN_KERNEL_SLOTS:
         e_pad = triton.next_power_of_2(num_experts)
-        sorted_slots = torch.empty(capacity, dtype=torch.int32, device=device)
-        block_expert = torch.empty(capacity // block_m, dtype=torch.int32, device=device)
-        num_blocks = torch.empty(1, dtype=torch.int32, device=device)
-        rank = torch.empty(slots, dtype=torch.int32, device=device)
+        # one int32 allocation for the four outputs (decode sizes: the host's time is the cost)
+        blocks = capacity // block_m
+        buffer = torch.empty(capacity + blocks + 1 + slots, dtype=torch.int32, device=device)
+        sorted_slots, block_expert, num_blocks, rank = buffer.split([capacity, blocks, 1, slots])
         _align_fast[(1,)](flat, _bound(slots), rank, sorted_slots, block_expert, num_blocks, _bound(capacity),
                           E=num_experts, E_PAD=e_pad, BLOCK_M=block_m, CHUNK=max(16, min(128, 8192 // e_pad)),
                           num_warps=8)
@@ -312,6 +314,7 @@ def rows_per_expert(slots: int, experts: int) -> float:
     return slots / max(1, min(experts, slots))
 
 
+@functools.lru_cache(maxsize=1024)
 def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes: int) -> dict:
     """Tiles by the expected rows an expert: 16-row blocks at decode sizes, up to 128 at prefill sizes; int4's K
     step is its group, int8 weight-only's and fp8-block's 128. The gate / up kernel's two accumulators take 128
@@ -376,20 +379,22 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
         return k // group_size if code == INT4 else -(-k // 128) if code == FP8_BLOCK else 1
 
     zero = [t[2] if t[2] is not None else t[1] for t in (gate, up, down)]
+    i4mode = _MODE_F32 if f32 else _MODE_BF16 if dtype == torch.bfloat16 else _MODE_F16
     x_in, x_scale = quantized(x)
     h = torch.empty(slots, inter, dtype=dtype, device=x.device)
     num_n = triton.cdiv(inter, up_cfg["BLOCK_N"])
     _gate_up_fast[(grid_m * num_n,)](
         x_in, x_scale, x_in.stride(0), sorted_slots, block_expert, num_blocks, gate[0], gate[1], zero[0], up[0],
         up[1], zero[1], h, inter, _bound(hidden), groups(hidden), TOP_K=top_k, FORMAT=code, NUM_N=num_n, F32=f32,
-        **up_cfg)
+        I4MODE=i4mode, **up_cfg)
     h_in, h_scale = quantized(h)
     y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
     route = top_k_weights.reshape(-1).to(dtype).contiguous()
     num_n = triton.cdiv(hidden, down_cfg["BLOCK_N"])
     _down_fast[(grid_m * num_n,)](
         h_in, h_scale, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden,
-        _bound(inter), groups(inter), FORMAT=code, NUM_N=num_n, F32=f32, DTYPE=_TL_DTYPES[dtype], **down_cfg)
+        _bound(inter), groups(inter), FORMAT=code, NUM_N=num_n, F32=f32, DTYPE=_TL_DTYPES[dtype],
+        I4MODE=i4mode, **down_cfg)
     return y.view(tokens, top_k, hidden).sum(dim=1).to(dtype)
 
 

@@ -20,7 +20,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from quantkit.ops import dispatch
+from quantkit.ops.linear import _records_grad
+from quantkit.ops.moe import moe_experts, routed_loop
 
 #: the names of one expert's projections in most MoE checkpoints (Qwen-MoE, DeepSeek, OLMoE, ...)
 DEFAULT_NAMES = ("gate_proj", "up_proj", "down_proj")
@@ -65,6 +66,7 @@ class Experts(nn.Module):
         self.num_experts = len(experts)
         self.act_fn = act_fn
         self._stack_state = None  # (format, stacks, probe): see _stacks
+        self.register_load_state_dict_post_hook(_restack_after_load)
         #: the transformers class this module replaced (for repr and error messages)
         self.fused_class = fused_class
 
@@ -103,7 +105,7 @@ class Experts(nn.Module):
     def _stacks(self) -> dict[str, tuple] | None:
         """{"gate" | "up" | "down": (codes, scale, zero-point or None)}, each the role's buffers stacked over the
         experts, the experts' own buffers being views into them (no second copy); None when the experts are not
-        what the grouped kernels take. Decided again when a layer's buffers were replaced (a move to another
+        what the grouped operator takes. Decided again when a layer's buffers were replaced (a move to another
         device, ``load_state_dict(assign=True)``): the last expert's buffer addresses are the probe."""
         probe = self._probe(self.expert(self.num_experts - 1))
         if self._stack_state is not None and self._stack_state[2] == probe:
@@ -114,89 +116,83 @@ class Experts(nn.Module):
             return None
         names = ("weight_packed", "weight_scale", "weight_zero_point") if fmt[0] == "int4-weight-only" else \
             ("weight", "weight_scale")
+        layers = {role: [getattr(self.expert(i), role) for i in range(self.num_experts)]
+                  for role in ("gate", "up", "down")}
+        if len({layer._buffers[name].device for group in layers.values() for layer in group for name in names}) > 1:
+            self._stack_state = (None, None, probe)  # experts spread over devices, or partly loaded (meta)
+            return None
         stacks = {}
-        for role in ("gate", "up", "down"):
-            layers = [getattr(self.expert(i), role) for i in range(self.num_experts)]
-            stacked = []
-            for name in names:
-                tensor = torch.stack([layer._buffers[name] for layer in layers])
-                for index, layer in enumerate(layers):
-                    layer._buffers[name] = tensor[index]
-                stacked.append(tensor)
-            stacks[role] = (stacked[0], stacked[1], stacked[2] if len(stacked) == 3 else None)
+        with torch.no_grad():
+            for role, group in layers.items():
+                stacked = []
+                for name in names:
+                    tensor = torch.stack([layer._buffers[name] for layer in group])
+                    # CUDA graphs of torch.compile (mode="reduce-overhead") then read the stacks where they are
+                    # instead of copying them into the graph's own input buffers at every replay
+                    torch._dynamo.mark_static_address(tensor)
+                    for index, layer in enumerate(group):
+                        layer._buffers[name] = tensor[index]
+                    stacked.append(tensor)
+                stacks[role] = (stacked[0], stacked[1], stacked[2] if len(stacked) == 3 else None)
         self._stack_state = (fmt, stacks, self._probe(self.expert(self.num_experts - 1)))
         return stacks
+
+    def restack(self) -> None:
+        """Stack the experts' buffers now (see :meth:`_stacks`), so that a compiled forward, which cannot check
+        them, finds them current: after quantization, a load and a move."""
+        self._stack_state = None
+        self._stacks()
 
     @staticmethod
     def _probe(expert: Expert) -> tuple:
         return tuple(t.data_ptr() for m in (expert.gate, expert.up, expert.down) for t in m.buffers(recurse=False))
 
     def _apply(self, fn, recurse=True):
-        self._stack_state = None  # the experts' buffers move one by one; the stacks are rebuilt on the next call
-        return super()._apply(fn, recurse)
+        # the experts' buffers move one by one (each a tensor of its own again); stacked again where they landed
+        self._stack_state = None
+        result = super()._apply(fn, recurse)
+        self._stacks()
+        return result
 
-    def _use_grouped_kernels(self, hidden_states: torch.Tensor, top_k: int) -> bool:
-        """On a CUDA GPU (sm_80+, Triton importable), for inference: the grouped kernels of quantkit.kernels.moe.
-        Training through the experts (an input that requires grad) and QUANTKIT_BACKEND=reference take the loop."""
-        if not hidden_states.is_cuda or hidden_states.dim() != 2 or hidden_states.requires_grad:
-            return False
-        if dispatch._forced_backend() == "reference" or self._stacks() is None:
-            return False
-        if not dispatch.grouped_moe_available(hidden_states.device, self._stack_state[0][0].replace("-", "_")):
-            return False
-        if torch.cuda.is_current_stream_capturing():
-            return True  # the loop synchronizes with the host; the grouped kernels do not
-        return not _loop_is_faster(self._stack_state[0][0], hidden_states.shape[0] * top_k, self.num_experts)
+    def _grouped(self) -> tuple | None:
+        """((format, group size, scale format), stacks) when the experts run as one operator, else None. A compiled
+        forward takes the stacks as they are (a buffer address does not trace; :meth:`restack` runs after
+        quantization, loads and moves)."""
+        state = self._stack_state if torch.compiler.is_compiling() else (self._stacks(), self._stack_state)[1]
+        if state is None or state[1] is None:
+            return None
+        return state[0], state[1]
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
-        if self._use_grouped_kernels(hidden_states, top_k_index.shape[-1]):
-            from quantkit.kernels.moe import experts_forward
-
-            (fmt, group, scale_fmt), stacks = self._stack_state[0], self._stack_state[1]
-            return experts_forward(hidden_states, top_k_index, top_k_weights, fmt, stacks["gate"], stacks["up"],
-                                   stacks["down"], group, scale_fmt)
-        return self.forward_loop(hidden_states, top_k_index, top_k_weights)
+        if torch.compiler.is_compiling():
+            records = (hidden_states.requires_grad or top_k_weights.requires_grad) and torch.is_grad_enabled()
+        else:
+            records = _records_grad(hidden_states, top_k_weights)  # also forward-mode AD, torch.func transforms
+        grouped = self._grouped()
+        if grouped is None or records:
+            return self.forward_loop(hidden_states, top_k_index, top_k_weights)
+        (fmt, group, scale_fmt), stacks = grouped
+        return moe_experts(hidden_states, top_k_index, top_k_weights, fmt, stacks["gate"], stacks["up"],
+                           stacks["down"], group, scale_fmt)
 
     def forward_loop(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                      top_k_weights: torch.Tensor) -> torch.Tensor:
-        """The reference: one call of each projection's layer per expert that tokens were routed to, the experts
-        in order, each token's contributions added in the order of its experts (as transformers' eager loop). The
-        slots are sorted by expert once, so the host learns the experts' token counts in one synchronization."""
-        out = torch.zeros_like(hidden_states)
-        top_k = top_k_index.shape[-1]
-        flat = top_k_index.reshape(-1).long()  # routers may give int32 indices
-        with torch.no_grad():
-            order = torch.argsort(flat, stable=True)
-            counts = torch.bincount(flat, minlength=self.num_experts)[:self.num_experts].tolist()
-        token = order // top_k
-        x = hidden_states[token]
-        routing = top_k_weights.reshape(-1)[order]
-        start = 0
-        for index, count in enumerate(counts):
-            if not count:
-                continue
-            rows = slice(start, start + count)
-            start += count
-            expert = self.expert(index)
-            h = self.act_fn(expert.gate(x[rows])) * expert.up(x[rows])
-            y = expert.down(h) * routing[rows, None]
-            out.index_add_(0, token[rows], y.to(out.dtype))
-        return out
+        """The reference: one call of each projection's layer per expert that tokens were routed to (the experts
+        in order, each token's contributions added in the order of its experts, as transformers' eager loop);
+        autograd records through it."""
+        def project(e: int, role: int, t: torch.Tensor) -> torch.Tensor:
+            expert = self.expert(e)
+            return (expert.gate, expert.up, expert.down)[role](t)
+
+        return routed_loop(hidden_states, top_k_index, top_k_weights, self.num_experts, project, self.act_fn)
 
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}" + (f", replaces={self.fused_class}" if self.fused_class else "")
 
 
-def _loop_is_faster(fmt: str, slots: int, experts: int) -> bool:
-    """Where the per-expert layers (tuned GEMMs, one launch per expert projection) beat the grouped kernels: many
-    rows an expert. Measured on an H100 (BENCHMARKS.md round 37, call 10): Mixtral-8x7B's experts at 2048 tokens (512
-    rows an expert) 4.1 against 5.4 ms for int8, 4.5 against 9.3 for int4; int4 at 256 tokens (64 rows) 1.7 against
-    1.7. With 128 experts the loop's launches dominate (Qwen3-30B-A3B at 2048 tokens: 38 ms against 0.95)."""
-    from quantkit.kernels.moe import rows_per_expert
-
-    rows = rows_per_expert(slots, experts)
-    return rows >= 256 or (fmt == "int4-weight-only" and rows >= 64 and experts <= 16)
+def _restack_after_load(module: Experts, incompatible_keys) -> None:
+    module.restack()
 
 
 def _is_silu(act: nn.Module) -> bool:

@@ -55,7 +55,7 @@ def _follows_autocast(linear: Callable) -> Callable:
     @functools.wraps(linear)
     def wrapper(x: Tensor, *args, **kwargs) -> Tensor:
         device_type = "cuda" if x.is_cuda else x.device.type
-        if not torch.is_autocast_enabled(device_type):
+        if x.is_meta or not torch.is_autocast_enabled(device_type):  # (autocast has no meta device type)
             return linear(x, *args, **kwargs)
         dtype = torch.get_autocast_dtype(device_type)
         if x.dtype in _FLOAT_DTYPES and dtype in _FLOAT_DTYPES:

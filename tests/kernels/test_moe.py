@@ -221,3 +221,44 @@ def test_int4_steps_shorter_than_a_group(kernel_device):
         short = moe.experts_forward(x, index, weights, "int4-weight-only", stacks["gate"], stacks["up"],
                                     stacks["down"], 64, configs=(up, down))
     assert rel_error(short, default) < 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["int8-weight-only", "int4-weight-only", "int8-dynamic", "fp8-block"])
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_experts_compile_fullgraph_gpu(recipe, mode):
+    """torch.compile(fullgraph=True) with Inductor, and with its CUDA graphs (``reduce-overhead``): the experts are
+    one operator, which runs the grouped kernels inside the graph; the same bits as eager, call after call."""
+    block = make_experts(32, 1024, 512, recipe, torch.bfloat16, device="cuda")
+    weight_bytes = sum(t.numel() * t.element_size() for role in block._stacks().values() for t in role
+                       if t is not None)
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, mode=mode)
+    before = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        for tokens in (4, 4, 4, 37):
+            x = torch.randn(tokens, 1024, dtype=torch.bfloat16, device="cuda")
+            index, weights = routing(tokens, 32, 4, torch.bfloat16, device="cuda")
+            got = compiled(x, index, weights).clone()
+            assert torch.equal(got, block(x, index, weights)), tokens
+    # the stacks are static inputs: a CUDA graph reads them in place, with no copy of the weights of its own
+    assert torch.cuda.memory_allocated() - before < weight_bytes / 4
+
+
+@pytest.mark.gpu
+def test_quantized_moe_model_compiles_fullgraph_gpu():
+    """A whole (small) Mixtral, int4 experts, compiled with fullgraph=True: logits as eager's (Inductor fuses the
+    router's softmax and the norms its own way: within bf16 rounding)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.MixtralConfig(vocab_size=512, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                                        num_attention_heads=8, num_key_value_heads=4, num_local_experts=8,
+                                        num_experts_per_tok=2)
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM._from_config(config, dtype=torch.bfloat16).cuda().eval()
+    quantkit.quantize_(model, "int4-weight-only")
+    ids = torch.randint(0, 512, (2, 11), device="cuda")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = model(ids).logits.float()
+        compiled = torch.compile(model, fullgraph=True)(ids).logits.float()
+    assert rel_error(compiled, eager) < 2e-2

@@ -274,3 +274,128 @@ def test_convolutions_and_other_3d_parameters_are_not_experts():
         report = quantkit.quantize_(model, "int8-weight-only")
     assert [m.name for m in report.modules] == ["2"] and not caught
     assert split_fused_experts(model) == ({}, {})
+
+
+# ------------------------------------------------------------------ the experts operator: compile, meta, autograd
+@pytest.mark.parametrize("kind", ["mixtral", "qwen3_moe"])
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r if isinstance(r, str) else "int4")
+def test_quantized_moe_model_compiles_fullgraph(kind, recipe):
+    """torch.compile(fullgraph=True) of a whole quantized MoE model: the experts are one operator with a fake
+    implementation (the loop's host synchronization stays inside it), so nothing breaks the graph; the same logits
+    as eager."""
+    model = tiny_moe(kind)
+    quantkit.quantize_(model, recipe)
+    ids = torch.randint(0, 128, (2, 9))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        assert torch.equal(compiled(ids).logits, model(ids).logits)
+
+
+def test_stacks_are_current_after_quantize_load_and_move(tmp_path):
+    """A compiled forward takes the stacked buffers without checking them: quantize_, load_quantized,
+    load_state_dict(assign=True) and a move stack them again."""
+    from quantkit.checkpoint import load_quantized, save_quantized
+
+    model = tiny_moe("mixtral")
+    quantkit.quantize_(model, "int8-weight-only")
+    blocks = [m for m in model.modules() if isinstance(m, Experts)]
+
+    def current(block):
+        stacks = block._stack_state[1]
+        return stacks is not None and all(
+            block.expert(e).down.weight.data_ptr() == stacks["down"][0][e].data_ptr() for e in range(block.num_experts))
+
+    assert blocks and all(current(b) for b in blocks)
+    model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
+    assert all(current(b) for b in blocks)
+    model.to(torch.float64)  # a move: every buffer a tensor of its own again (codes keep their dtype)
+    assert all(current(b) for b in blocks)
+    save_quantized(model.to(torch.float32), tmp_path / "q")
+    loaded = load_quantized(tmp_path / "q")
+    assert all(current(b) for b in loaded.modules() if isinstance(b, Experts))
+    ids = torch.randint(0, 128, (1, 7))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert torch.equal(torch.compile(loaded, fullgraph=True, backend="aot_eager")(ids).logits, model(ids).logits)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r if isinstance(r, str) else "int4")
+def test_experts_operator_passes_opcheck(recipe):
+    from quantkit.layers.experts import _is_silu  # noqa: F401 (the operator assumes SiLU experts)
+
+    model = tiny_moe("qwen3_moe", dtype=torch.bfloat16)
+    quantkit.quantize_(model, recipe)
+    block = next(m for m in model.modules() if isinstance(m, Experts))
+    (fmt, group, scale_fmt), stacks = block._grouped()
+    x = torch.randn(7, 128, dtype=torch.bfloat16)
+    index, weights = routing(block.num_experts, 7, dtype=torch.bfloat16)
+    args = (x, index, weights, *stacks["gate"], *stacks["up"], *stacks["down"], fmt, group, scale_fmt or "")
+    checks = ("test_schema", "test_faketensor", "test_aot_dispatch_static")
+    if fmt == "fp8-block":
+        checks = checks[1:]  # (as for the fp8 linear op: the schema check's arithmetic lacks float8 on the CPU)
+    torch.library.opcheck(torch.ops.quantkit.moe_experts, args, test_utils=checks)
+    with torch.no_grad():
+        assert torch.equal(torch.ops.quantkit.moe_experts(*args), block(x, index, weights))
+        assert torch.equal(block(x, index, weights), block.forward_loop(x, index, weights))
+
+
+def test_meta_experts_give_the_output_shape():
+    with params_on_meta():
+        model = transformers.Qwen3MoeForCausalLM._from_config(tiny_moe("qwen3_moe").config).eval()
+    quantkit.quantize_(model, "int4-weight-only")
+    block = next(m for m in model.modules() if isinstance(m, Experts))
+    x = torch.empty(5, 3, 128, device="meta")
+    index = torch.empty(5, 3, 2, dtype=torch.long, device="meta")
+    y = block(x, index, torch.empty(5, 3, 2, device="meta"))
+    assert y.is_meta and y.shape == x.shape
+
+
+def test_router_weights_get_their_gradient():
+    """A trainable router (its weights require grad) with a frozen input: the experts take the autograd path, and
+    the routing weights' gradient is that of the fused module with the dequantized weights."""
+    model = tiny_moe("qwen3_moe")
+    name, original = next(iter(fused_modules(model).items()))
+    quantkit.quantize_(model, "int8-weight-only")
+    experts = model.get_submodule(name)
+    with torch.no_grad():
+        original.gate_up_proj.copy_(torch.stack([torch.cat([experts.expert(e).gate.dequantize(),
+                                                            experts.expert(e).up.dequantize()])
+                                                 for e in range(experts.num_experts)]))
+        original.down_proj.copy_(torch.stack([experts.expert(e).down.dequantize()
+                                              for e in range(experts.num_experts)]))
+    x = torch.randn(7, 128)
+    index, weights = routing(experts.num_experts, 7)
+    weights.requires_grad_(True)
+    (ours,) = torch.autograd.grad(experts(x, index, weights).square().sum(), weights)
+    (theirs,) = torch.autograd.grad(original(x, index, weights).square().sum(), weights)
+    assert rel_error(ours, theirs) < 1e-5
+
+
+def test_autocast_runs_the_experts_in_its_dtype():
+    model = tiny_moe("qwen3_moe")
+    quantkit.quantize_(model, "int8-weight-only")
+    block = next(m for m in model.modules() if isinstance(m, Experts))
+    x = torch.randn(6, 128)
+    index, weights = routing(block.num_experts, 6)
+    with torch.no_grad():
+        want = block(x.bfloat16(), index, weights)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = block(x, index, weights)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+
+
+def test_compiled_model_follows_a_load_of_new_weights():
+    """The compiled graph reads the stacks at each call: after load_state_dict(assign=True) of another model's
+    quantized state it computes with the new weights."""
+    model, other = tiny_moe("qwen3_moe", seed=0), tiny_moe("qwen3_moe", seed=1)
+    quantkit.quantize_(model, "int8-weight-only")
+    quantkit.quantize_(other, "int8-weight-only")
+    ids = torch.randint(0, 128, (1, 9))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        before = compiled(ids).logits
+        model.load_state_dict({k: v.clone() for k, v in other.state_dict().items()}, assign=True)
+        after = compiled(ids).logits
+        assert torch.equal(after, other(ids).logits) and not torch.equal(after, before)

@@ -572,3 +572,12 @@ def test_autocast_runs_the_layer_in_its_dtype(recipe):
     assert x.grad is not None and x.grad.dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
         assert layer(x).dtype == torch.float32
+
+
+@pytest.mark.parametrize("recipe", list(ERROR_BOUNDS))
+def test_meta_input_gives_the_output_shape(recipe):
+    """A meta activation (shape propagation, a meta model's dry run) goes to the custom op's fake implementation;
+    the autocast check had no meta device type and raised."""
+    layer = quantized(make_linear(256, 64), recipe)
+    y = layer(torch.empty(2, 3, 256, device="meta"))
+    assert y.is_meta and y.shape == (2, 3, 64)

@@ -1,0 +1,396 @@
+"""A mixture-of-experts block's experts in two grouped launches over the quantized layers' stacked buffers.
+
+What :class:`quantkit.layers.experts.Experts` computes with one quantized linear call per expert projection (the
+reference loop), here without a loop over the experts and without a host synchronization (so a decode step's experts
+can be captured in a CUDA graph)::
+
+    h[s]   = silu(x[t(s)] @ gate[e(s)]^T) * (x[t(s)] @ up[e(s)]^T)       s = a (token, slot) pair, e(s) its expert
+    y[t]   = sum over the token's k slots of  w(s) * (h[s] @ down[e(s)]^T)
+
+1. :func:`align` (torch ops on the GPU) sorts the T·k slots by expert and pads each expert's run to a multiple of
+   BLOCK_M rows: ``sorted_slots`` (-1 in the padding), the expert of each BLOCK_M block, and the number of blocks
+   (a device scalar: the grid is an upper bound, the programs past the real blocks return at once).
+2. ``_gate_up_kernel``: a program takes one block of one expert's rows and BLOCK_N columns of the intermediate
+   dimension, streams that expert's gate and up codes over K and runs two ``tl.dot``; the epilogue applies the
+   remaining scales and ``silu(gate) * up`` and writes h [T·k, I] in x's dtype.
+3. ``_down_kernel``: the same over h's rows and the down codes; the epilogue multiplies by the slot's routing
+   weight and writes float32 [T·k, H]; the k slots of each token are summed by one ``sum`` (deterministic, unlike
+   atomics), then cast to x's dtype.
+
+Rounding follows the layers: each projection's output is rounded to x's dtype, then the activation, the product
+and the routing weight are each rounded to it, as the loop's tensor operations round them.
+
+Formats (the layers' buffers, stacked over the experts: ``[E, ...]``):
+    int8 weight-only   codes int8 [E, N, K], scale float32 [E, N]: ``acc = x @ codes^T`` (integers are exact in
+                       bf16 / fp16), times the scale after the K loop.
+    int4 weight-only   packed uint8 [E, N, K/2] (low nibble first), scale [E, N, K/g], zero-point uint8 [E, N, K/g]:
+                       BLOCK_K is the group size, so each K step is one group: the even and odd codes minus the
+                       zero-point (exact small integers) multiply x's even and odd columns in two dots, and the
+                       group's scale multiplies the step's float32 partial sum.
+    int8-dynamic       codes int8 [E, N, K], scale [E, N]; x (per token) and h (per slot) quantized by the family's
+                       ``quantize_act``, as the layer quantizes its input: int8 dots into an int32 accumulator, then
+                       ``(acc * x_scale) * w_scale``, the reference's order.
+    fp8-block          e4m3 codes [E, N, K] (passed as bytes), scales float32 [E, ceil(N/128), ceil(K/128)]; x and h
+                       quantized per 1 x 128 group by the family's ``quantize_act``: BLOCK_K = 128, each step's e4m3
+                       dot times the row's and the block's scales (sm_89 and newer).
+float32 x runs its dots in IEEE float32 (no TF32), as the reference. Under the interpreter every dot runs on float32
+copies of its operands (numpy has neither bfloat16 nor float8 arithmetic; the values are exact in float32).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from quantkit.kernels.launch import cached
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+INT8, INT4, INT8_DYNAMIC, FP8_BLOCK = 0, 1, 2, 3
+FORMATS = {"int8-weight-only": INT8, "int4-weight-only": INT4, "int8-dynamic": INT8_DYNAMIC, "fp8-block": FP8_BLOCK}
+#: the activation-quantizing formats: their kernels read x (and h) quantized by the family's own quantize_act
+_ACT_FAMILY = {INT8_DYNAMIC: "int8_dynamic", FP8_BLOCK: "fp8_block"}
+
+
+def _bound(value: int):
+    """A loop bound: under the interpreter a runtime integer is an array that ``range()`` rejects."""
+    return tl.constexpr(value) if _INTERPRET else value
+
+
+@triton.jit
+def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
+                 FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr):
+    """One K step of one expert's codes as dot operands [BLOCK_K(/2), BLOCK_N] and a per-column scale [BLOCK_N] for
+    the step's partial sum: int8 weight-only the codes in DTYPE (scale 1; the channel scale comes after the loop);
+    int4 the even and odd codes minus the zero-point in DTYPE, the group's scale; int8-dynamic the int8 codes;
+    fp8-block the e4m3 codes and the 128 x 128 block's scale."""
+    k = k0 + offs_k
+    if FORMAT == 1:
+        g = k0 // (K // GROUPS)  # BLOCK_K divides the group size: a group may span several steps
+        half = K // 2
+        j = k0 // 2 + offs_kh
+        ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * half + j[:, None]
+        packed = tl.load(ptrs, mask=mask_n[None, :], other=0).to(tl.int32)
+        qp = (e * N + offs_n).to(tl.int64) * GROUPS + g
+        zero = tl.load(z_ptr + qp, mask=mask_n, other=0).to(tl.int32)
+        scale = tl.load(s_ptr + qp, mask=mask_n, other=0.0).to(tl.float32)
+        # integer -> float32 -> DTYPE: the interpreter bitcasts an integer converted straight to bfloat16
+        even = ((packed & 15) - zero[None, :]).to(tl.float32).to(DTYPE)
+        odd = ((packed >> 4) - zero[None, :]).to(tl.float32).to(DTYPE)
+        return even, odd, scale
+    else:
+        ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * K + k[:, None]
+        codes = tl.load(ptrs, mask=mask_n[None, :] & (k[:, None] < K), other=0)
+        if FORMAT == 0:
+            w = codes.to(tl.float32).to(DTYPE)
+            return w, w, tl.full((BLOCK_K,), 1.0, tl.float32)
+        elif FORMAT == 2:
+            return codes, codes, tl.full((BLOCK_K,), 1.0, tl.float32)
+        else:
+            # the e4m3 codes arrive as their bytes (uint8): masked loads of float8 need no fill value then
+            w = codes.to(tl.float8e4nv, bitcast=True)
+            blocks_k = GROUPS  # ceil(K / 128): the weight scale is [E, ceil(N / 128), ceil(K / 128)]
+            sp = (e * tl.cdiv(N, 128) + offs_n // 128).to(tl.int64) * blocks_k + k0 // 128
+            scale = tl.load(s_ptr + sp, mask=mask_n, other=0.0)
+            return w, w, scale
+
+
+@triton.jit
+def _dot(a, b, F32: tl.constexpr):
+    """F32: float32 operands in IEEE float32 (float32 x; and under the interpreter, whose numpy has no bfloat16 or
+    float8 dot, the operands widened exactly)."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def _dot_i8(a, b, F32: tl.constexpr):
+    """int8 x int8 -> int32, exact (the interpreter's float32 dot is exact for its small test shapes)."""
+    if F32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee").to(tl.int32)
+    else:
+        return tl.dot(a, b, out_dtype=tl.int32)
+
+
+@triton.jit
+def _accumulate(acc, x_ptr, xs_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, K, N, GROUPS, stride_x,
+                FORMAT: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr, F32: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N] += x[rows] @ W[e][offs_n]^T over all of K: float32 (int8 weight-only before its
+    channel scale; fp8-block with both block scales applied per step), int32 for int8-dynamic."""
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_kh = tl.arange(0, BLOCK_K // 2)
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_x
+    for k0 in range(0, K, BLOCK_K):
+        a, b, scale = _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, offs_kh, K, N, GROUPS,
+                                   FORMAT, BLOCK_K, DTYPE)
+        k = k0 + offs_k
+        if FORMAT == 1:
+            # x's step loaded whole (coalesced), then split into the even and odd columns the codes multiply
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None], other=0.0)
+            x_even, x_odd = tl.split(tl.reshape(x, (x.shape[0], BLOCK_K // 2, 2)))
+            part = _dot(x_even, a, F32) + _dot(x_odd, b, F32)
+            acc += part * scale[None, :]
+        elif FORMAT == 0:
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
+            acc += _dot(x, a, F32)
+        elif FORMAT == 2:
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0)
+            acc += _dot_i8(x, a, F32)
+        else:
+            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0)
+            x = x.to(tl.float8e4nv, bitcast=True)
+            # x's scales [rows, ceil(K / 128)] (GROUPS), as the weight's K blocks
+            x_scale = tl.load(xs_ptr + rows.to(tl.int64) * GROUPS + k0 // 128, mask=mask_m, other=0.0)
+            acc += _dot(x, a, F32) * x_scale[:, None] * scale[None, :]
+    return acc
+
+
+@triton.jit
+def _finish(acc, xs_ptr, rows, mask_m, s_ptr, e, offs_n, mask_n, N, FORMAT: tl.constexpr):
+    """The accumulator as float32 with its remaining scales: int8 weight-only's channel scale, int8-dynamic's
+    ``(acc * x_scale[row]) * w_scale[n]`` (the reference's order)."""
+    if FORMAT == 0:
+        return acc * tl.load(s_ptr + e * N + offs_n, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+    elif FORMAT == 2:
+        x_scale = tl.load(xs_ptr + rows, mask=mask_m, other=0.0)
+        w_scale = tl.load(s_ptr + e * N + offs_n, mask=mask_n, other=0.0)
+        return acc.to(tl.float32) * x_scale[:, None] * w_scale[None, :]
+    else:
+        return acc
+
+
+@triton.jit
+def _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, DIV: tl.constexpr, BLOCK_M: tl.constexpr,
+                NUM_N: tl.constexpr):
+    pid = tl.program_id(0)
+    block = pid // NUM_N
+    tile_n = pid % NUM_N
+    num_blocks = tl.load(num_blocks_ptr)
+    offs_m = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    slots = tl.load(sorted_slots_ptr + offs_m)
+    e = tl.load(block_expert_ptr + block)
+    valid = (block < num_blocks) & (slots >= 0)
+    rows = tl.where(valid, slots // DIV, 0)
+    return block < num_blocks, tile_n, e, slots, rows, valid
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr,
+                    gw_ptr, gs_ptr, gz_ptr, uw_ptr, us_ptr, uz_ptr, h_ptr, N, K, GROUPS,
+                    TOP_K: tl.constexpr, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr):
+    live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, TOP_K,
+                                                       BLOCK_M, NUM_N)
+    if live:
+        DTYPE = h_ptr.dtype.element_ty
+        offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        acc_type = tl.int32 if FORMAT == 2 else tl.float32
+        gate = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
+        up = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
+        gate = _accumulate(gate, x_ptr, xs_ptr, rows, valid, gw_ptr, gs_ptr, gz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+                           stride_x, FORMAT, BLOCK_K, DTYPE, F32)
+        up = _accumulate(up, x_ptr, xs_ptr, rows, valid, uw_ptr, us_ptr, uz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+                         stride_x, FORMAT, BLOCK_K, DTYPE, F32)
+        # each projection's output rounded to x's dtype before the activation, as the layers' outputs are
+        gate = _finish(gate, xs_ptr, rows, valid, gs_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
+        up = _finish(up, xs_ptr, rows, valid, us_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
+        act = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32)
+        h = (act * up).to(DTYPE)
+        ptrs = h_ptr + tl.where(valid, slots, 0).to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(ptrs, h, mask=valid[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, dw_ptr, ds_ptr, dz_ptr,
+                 route_ptr, y_ptr, N, K, GROUPS, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr,
+                 DTYPE: tl.constexpr):
+    live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, 1,
+                                                       BLOCK_M, NUM_N)
+    if live:
+        offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.int32 if FORMAT == 2 else tl.float32)
+        acc = _accumulate(acc, h_ptr, hs_ptr, rows, valid, dw_ptr, ds_ptr, dz_ptr, e, offs_n, mask_n, K, N, GROUPS,
+                          K, FORMAT, BLOCK_K, DTYPE, F32)
+        out = _finish(acc, hs_ptr, rows, valid, ds_ptr, e, offs_n, mask_n, N, FORMAT)
+        # the reference rounds the down projection's output to x's dtype, then weights it in that dtype
+        # (in float32, rounded once: the interpreter has no bfloat16 arithmetic)
+        route = tl.load(route_ptr + rows, mask=valid, other=0.0).to(tl.float32)
+        out = (out.to(DTYPE).to(tl.float32) * route[:, None]).to(DTYPE).to(tl.float32)
+        ptrs = y_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(ptrs, out, mask=valid[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _align_kernel(ids_ptr, S, rank_ptr, sorted_ptr, block_expert_ptr, num_blocks_ptr, CAPACITY, E: tl.constexpr,
+                  E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+    """:func:`align` in one program (one launch instead of some 25 torch operations: decode sizes, where the host's
+    time is the cost). Pass 1: each slot's rank among the earlier slots of its expert, and the experts' counts;
+    the padded runs' ends by a cumulative sum. Pass 2: every slot stored at its expert's start plus its rank (the
+    buffer filled with -1 first), and each block's expert: the number of runs that end at or before its start."""
+    experts = tl.arange(0, E_PAD)
+    running = tl.zeros((E_PAD,), tl.int32)
+    for c0 in range(0, S, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
+        onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+        before = tl.cumsum(onehot, axis=0) - onehot + running[None, :]
+        tl.store(rank_ptr + offs, tl.sum(before * onehot, axis=1), mask=offs < S)
+        running += tl.sum(onehot, axis=0)
+    padded = (running + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    starts = ends - padded
+    for p0 in range(0, CAPACITY, CHUNK * 4):
+        offs = p0 + tl.arange(0, CHUNK * 4)
+        tl.store(sorted_ptr + offs, tl.full((CHUNK * 4,), -1, tl.int32), mask=offs < CAPACITY)
+    tl.debug_barrier()
+    for c0 in range(0, S, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
+        onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+        pos = tl.sum(onehot * starts[None, :], axis=1) + tl.load(rank_ptr + offs, mask=offs < S, other=0)
+        tl.store(sorted_ptr + pos, offs, mask=offs < S)
+    for b0 in range(0, CAPACITY // BLOCK_M, CHUNK):
+        blocks = b0 + tl.arange(0, CHUNK)
+        done = (ends[None, :] <= (blocks * BLOCK_M)[:, None]) & (experts[None, :] < E)
+        expert = tl.minimum(tl.sum(done.to(tl.int32), axis=1), E - 1)
+        tl.store(block_expert_ptr + blocks, expert, mask=blocks < CAPACITY // BLOCK_M)
+    tl.store(num_blocks_ptr, tl.sum(padded, axis=0) // BLOCK_M)
+
+
+_align_fast = cached(_align_kernel)
+_gate_up_fast = cached(_gate_up_kernel)
+_down_fast = cached(_down_kernel)
+
+#: at most this many slots, :func:`align` runs as one program (``_align_kernel``); above, as torch operations
+ALIGN_KERNEL_SLOTS = 1024
+
+
+def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
+    """(sorted_slots int32 [P], block_expert int32 [P / block_m], num_blocks int32 [1]): the T·k slots sorted by
+    expert, each expert's run padded with -1 to a multiple of ``block_m``; P bounds the padded length from the host
+    (no synchronization)."""
+    flat = top_k_index.reshape(-1).long()  # routers may give int32 indices
+    slots = flat.numel()
+    device = flat.device
+    capacity = slots + min(num_experts, slots) * (block_m - 1)
+    capacity = (capacity + block_m - 1) // block_m * block_m
+    if slots <= ALIGN_KERNEL_SLOTS:
+        e_pad = triton.next_power_of_2(num_experts)
+        sorted_slots = torch.empty(capacity, dtype=torch.int32, device=device)
+        block_expert = torch.empty(capacity // block_m, dtype=torch.int32, device=device)
+        num_blocks = torch.empty(1, dtype=torch.int32, device=device)
+        rank = torch.empty(slots, dtype=torch.int32, device=device)
+        _align_fast[(1,)](flat, _bound(slots), rank, sorted_slots, block_expert, num_blocks, _bound(capacity),
+                          E=num_experts, E_PAD=e_pad, BLOCK_M=block_m, CHUNK=max(16, min(128, 8192 // e_pad)),
+                          num_warps=8)
+        return sorted_slots, block_expert, num_blocks
+    # scatter_add, not bincount: bincount sizes its output from the data, a host synchronization
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=device).scatter_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    ends = torch.cumsum(padded, 0)
+    order = torch.argsort(flat, stable=True)
+    expert_sorted = flat[order]
+    first_of_expert = torch.cumsum(counts, 0) - counts
+    pos = (ends - padded)[expert_sorted] + torch.arange(slots, device=device) - first_of_expert[expert_sorted]
+    sorted_slots = torch.full((capacity,), -1, dtype=torch.int32, device=device)
+    sorted_slots[pos] = order.to(torch.int32)
+    starts = torch.arange(0, capacity, block_m, device=device)
+    block_expert = torch.searchsorted(ends, starts, right=True).clamp_(max=num_experts - 1).to(torch.int32)
+    num_blocks = (ends[-1:] // block_m).to(torch.int32)
+    return sorted_slots, block_expert, num_blocks
+
+
+def rows_per_expert(slots: int, experts: int) -> float:
+    """The rows an expert gets when the slots spread evenly over the experts (what the tiles are sized by)."""
+    return slots / max(1, min(experts, slots))
+
+
+def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes: int) -> dict:
+    """Tiles by the expected rows an expert: 16-row blocks at decode sizes, up to 128 at prefill sizes; int4's K
+    step is its group, int8 weight-only's and fp8-block's 128. The gate / up kernel's two accumulators take 128
+    columns up to 64-row blocks. From call 8's grid (notes/moe.md): int4 at Qwen3-30B-A3B's 2048 tokens 1,825 ->
+    1,431 µs and Mixtral-8x7B's 256 tokens 2,268 -> 1,696 µs against the first sizes (64-wide gate / up tiles),
+    int8 weight-only at Qwen's 256 tokens 404 -> 344 µs (128-deep steps); int4 keeps 64-wide tiles in blocks of up
+    to 32 rows (call 9). Two pipeline stages where three x tiles
+    would not fit in shared memory beside the codes (float32 x in 128-row blocks)."""
+    rows = rows_per_expert(slots, experts)
+    block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64 if rows <= 160 else 128
+    if fmt == INT4 and block_m <= 32:
+        block_n = 64  # int4 at decode sizes: 128-wide tiles were slower (call 9: 47 -> 71 µs at Qwen's T = 1)
+    elif gated:
+        block_n = 128 if block_m <= 64 else 64
+    else:
+        block_n = 64 if block_m == 64 else 128
+    block_k = group if fmt == INT4 else 64 if fmt == INT8_DYNAMIC else 128
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=8 if block_m == 128 else 4,
+                num_stages=3 if block_m * block_k * x_bytes <= 32 * 1024 else 2)
+
+
+def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,
+                    gate: tuple, up: tuple, down: tuple, group_size: int = 0, scale_fmt: str | None = None,
+                    configs: tuple[dict, dict] | None = None) -> torch.Tensor:
+    """The experts of one block on ``x`` [T, H]: ``gate`` / ``up`` / ``down`` are the stacked buffers
+    ``(codes, scale, zero_point or None)`` of the format (``group_size``: int4's group; ``scale_fmt``: fp8-block's
+    activation scales); returns [T, H] in x's dtype. ``configs``: the two kernels' launch configs (same BLOCK_M;
+    int4's BLOCK_K a divisor of the group, at least 32; fp8-block's 128), for probes; by default by size."""
+    from quantkit.ops.dispatch import resolve
+
+    code = FORMATS[fmt]
+    tokens, hidden = x.shape
+    top_k = top_k_index.shape[-1]
+    experts, inter = gate[0].shape[0], gate[0].shape[1]
+    slots = tokens * top_k
+    if not x.is_contiguous():
+        x = x.contiguous()
+    dtype = x.dtype
+    f32 = dtype == torch.float32 or _INTERPRET
+    x_bytes = 1 if code in _ACT_FAMILY else x.element_size()
+    if configs is not None:
+        up_cfg, down_cfg = configs
+    else:
+        up_cfg = _config(slots, experts, code, group_size, gated=True, x_bytes=x_bytes)
+        down_cfg = _config(slots, experts, code, group_size, gated=False, x_bytes=x_bytes)
+    sorted_slots, block_expert, num_blocks = align(top_k_index, experts, up_cfg["BLOCK_M"])
+    grid_m = block_expert.numel()
+
+    def quantized(t: torch.Tensor):
+        """(the kernel's input, its scales): the activation-quantizing formats quantize as their layers do."""
+        if code == INT8_DYNAMIC:
+            return resolve("int8_dynamic", "quantize_act", t.device)(t)
+        if code == FP8_BLOCK:
+            q, scale = resolve("fp8_block", "quantize_act", t.device)(t, 128, scale_fmt)
+            return q.view(torch.uint8), scale
+        return t, t
+
+    if code == FP8_BLOCK:  # e4m3 codes as bytes (see _weight_step)
+        gate, up, down = ((t[0].view(torch.uint8),) + tuple(t[1:]) for t in (gate, up, down))
+
+    def groups(k: int) -> int:
+        return k // group_size if code == INT4 else -(-k // 128) if code == FP8_BLOCK else 1
+
+    zero = [t[2] if t[2] is not None else t[1] for t in (gate, up, down)]
+    x_in, x_scale = quantized(x)
+    h = torch.empty(slots, inter, dtype=dtype, device=x.device)
+    num_n = triton.cdiv(inter, up_cfg["BLOCK_N"])
+    _gate_up_fast[(grid_m * num_n,)](
+        x_in, x_scale, x_in.stride(0), sorted_slots, block_expert, num_blocks, gate[0], gate[1], zero[0], up[0],
+        up[1], zero[1], h, inter, _bound(hidden), groups(hidden), TOP_K=top_k, FORMAT=code, NUM_N=num_n, F32=f32,
+        **up_cfg)
+    h_in, h_scale = quantized(h)
+    y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
+    route = top_k_weights.reshape(-1).to(dtype).contiguous()
+    num_n = triton.cdiv(hidden, down_cfg["BLOCK_N"])
+    _down_fast[(grid_m * num_n,)](
+        h_in, h_scale, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden,
+        _bound(inter), groups(inter), FORMAT=code, NUM_N=num_n, F32=f32, DTYPE=_TL_DTYPES[dtype], **down_cfg)
+    return y.view(tokens, top_k, hidden).sum(dim=1).to(dtype)
+
+
+_TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}
