@@ -316,24 +316,28 @@ def rows_per_expert(slots: int, experts: int) -> float:
 
 @functools.lru_cache(maxsize=1024)
 def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes: int) -> dict:
-    """Tiles by the expected rows an expert: 16-row blocks at decode sizes, up to 128 at prefill sizes; int4's K
-    step is its group, int8 weight-only's and fp8-block's 128. The gate / up kernel's two accumulators take 128
-    columns up to 64-row blocks. From call 8's grid (notes/moe.md): int4 at Qwen3-30B-A3B's 2048 tokens 1,825 ->
-    1,431 µs and Mixtral-8x7B's 256 tokens 2,268 -> 1,696 µs against the first sizes (64-wide gate / up tiles),
-    int8 weight-only at Qwen's 256 tokens 404 -> 344 µs (128-deep steps); int4 keeps 64-wide tiles in blocks of up
-    to 32 rows (call 9). Two pipeline stages where three x tiles
-    would not fit in shared memory beside the codes (float32 x in 128-row blocks)."""
+    """Tiles by the expected rows an expert: 16-row blocks at decode sizes, up to 128 at prefill sizes; K steps of
+    128 (int4: its group, up to 128; int8-dynamic: 64). The gate / up kernel's two accumulators take 128 columns up
+    to 64-row blocks. From round 37's grid (call 8, notes/moe.md): int8 weight-only at Qwen3-30B-A3B's 256 tokens
+    404 -> 344 µs with 128-deep steps, and 128-wide gate / up tiles for int4 then. int4 since round 38 converts its
+    weight in registers for one dot a step; its grid (call 1): 64-wide tiles in blocks of up to 32 rows, and in
+    128-row blocks 128-wide gate / up tiles with four stages (Mixtral-8x7B's 2048 tokens: 6,834 -> 5,909 µs). Two
+    pipeline stages where three x tiles would not fit in shared memory beside the codes (float32 x in 128-row
+    blocks)."""
     rows = rows_per_expert(slots, experts)
     block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64 if rows <= 160 else 128
+    block_k = min(group, 128) if fmt == INT4 else 64 if fmt == INT8_DYNAMIC else 128
+    stages = 3 if block_m * block_k * x_bytes <= 32 * 1024 else 2
     if fmt == INT4 and block_m <= 32:
-        block_n = 64  # int4 at decode sizes: 128-wide tiles were slower (call 9: 47 -> 71 µs at Qwen's T = 1)
+        block_n = 64  # int4 at decode sizes (round 37, call 9: 128-wide tiles 47 -> 71 µs at Qwen's T = 1)
+    elif fmt == INT4 and block_m == 128 and x_bytes == 2:
+        block_n, stages = 128, 4
     elif gated:
         block_n = 128 if block_m <= 64 else 64
     else:
         block_n = 64 if block_m == 64 else 128
-    block_k = group if fmt == INT4 else 64 if fmt == INT8_DYNAMIC else 128
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=8 if block_m == 128 else 4,
-                num_stages=3 if block_m * block_k * x_bytes <= 32 * 1024 else 2)
+                num_stages=stages)
 
 
 def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,

@@ -145,7 +145,9 @@ class Experts(nn.Module):
 
     @staticmethod
     def _probe(expert: Expert) -> tuple:
-        return tuple(t.data_ptr() for m in (expert.gate, expert.up, expert.down) for t in m.buffers(recurse=False))
+        # (_buffers, not buffers(): the generator cost ~25 µs a block call on the H100 host, round 38 call 1)
+        return tuple(t.data_ptr() for m in (expert.gate, expert.up, expert.down) for t in m._buffers.values()
+                     if t is not None)
 
     def _apply(self, fn, recurse=True):
         # the experts' buffers move one by one (each a tensor of its own again); stacked again where they landed

@@ -63,15 +63,14 @@ def routed_loop(x: Tensor, top_k_index: Tensor, top_k_weights: Tensor, num_exper
     return out
 
 
-def loop_is_faster(fmt: str, slots: int, experts: int) -> bool:
+def loop_is_faster(slots: int, experts: int) -> bool:
     """Where the per-expert layers (tuned GEMMs, one launch per expert projection) beat the grouped kernels: many
-    rows an expert. Measured on an H100 (BENCHMARKS.md round 37, call 10): Mixtral-8x7B's experts at 2048 tokens (512
-    rows an expert) 4.1 against 5.4 ms for int8, 4.5 against 9.3 for int4; int4 at 256 tokens (64 rows) 1.7 against
-    1.7. With 128 experts the loop's launches dominate (Qwen3-30B-A3B at 2048 tokens: 38 ms against 0.95)."""
+    rows an expert. Measured on an H100 (BENCHMARKS.md rounds 37-38): Mixtral-8x7B's experts at 2048 tokens (512 rows
+    an expert) 4.1 against 5.4 ms for int8, 4.5 against 5.9 for int4 (round 38, call 1, from graphs). With 128
+    experts the loop's launches dominate (Qwen3-30B-A3B at 2048 tokens: 38 ms against 0.95)."""
     from quantkit.kernels.moe import rows_per_expert
 
-    rows = rows_per_expert(slots, experts)
-    return rows >= 256 or (fmt == "int4-weight-only" and rows >= 64 and experts <= 16)
+    return rows_per_expert(slots, experts) >= 256
 
 
 def _experts(x: Tensor, top_k_index: Tensor, top_k_weights: Tensor, fmt: str, gate: tuple, up: tuple, down: tuple,
@@ -107,7 +106,7 @@ def _grouped(x: Tensor, fmt: str, top_k: int, experts: int) -> bool:
         return False
     if torch.cuda.is_current_stream_capturing():
         return True  # the loop synchronizes with the host; the grouped kernels do not
-    return not loop_is_faster(fmt, x.shape[0] * top_k, experts)
+    return not loop_is_faster(x.shape[0] * top_k, experts)
 
 
 @_op("moe_experts", "(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_codes, Tensor gate_scale, "
