@@ -7,7 +7,7 @@ can be captured in a CUDA graph)::
     h[s]   = silu(x[t(s)] @ gate[e(s)]^T) * (x[t(s)] @ up[e(s)]^T)       s = a (token, slot) pair, e(s) its expert
     y[t]   = sum over the token's k slots of  w(s) * (h[s] @ down[e(s)]^T)
 
-1. :func:`align` (torch ops on the GPU) sorts the T·k slots by expert and pads each expert's run to a multiple of
+1. :func:`align` (one to three small launches) sorts the T·k slots by expert and pads each expert's run to a multiple of
    BLOCK_M rows: ``sorted_slots`` (-1 in the padding), the expert of each BLOCK_M block, and the number of blocks
    (a device scalar: the grid is an upper bound, the programs past the real blocks return at once).
 2. ``_gate_up_kernel``: a program takes one block of one expert's rows and BLOCK_N columns of the intermediate
@@ -266,46 +266,104 @@ def _align_kernel(ids_ptr, S, rank_ptr, sorted_ptr, block_expert_ptr, num_blocks
     tl.store(num_blocks_ptr, tl.sum(padded, axis=0) // BLOCK_M)
 
 
+@triton.jit
+def _align_count_kernel(ids_ptr, S, counts_ptr, sorted_ptr, CAPACITY, FILL_PER_PROGRAM, E_PAD: tl.constexpr,
+                        CHUNK: tl.constexpr):
+    """:func:`align` over many slots, pass 1 of 3 (a program a chunk of CHUNK slots): the chunk's count of each
+    expert, and the program's share of the sorted buffer filled with -1."""
+    c = tl.program_id(0)
+    experts = tl.arange(0, E_PAD)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
+    onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+    tl.store(counts_ptr + c * E_PAD + experts, tl.sum(onehot, axis=0))
+    first = c * FILL_PER_PROGRAM
+    for f0 in range(0, FILL_PER_PROGRAM, CHUNK * 4):
+        fill = first + f0 + tl.arange(0, CHUNK * 4)
+        tl.store(sorted_ptr + fill, tl.full((CHUNK * 4,), -1, tl.int32),
+                 mask=(fill < CAPACITY) & (fill < first + FILL_PER_PROGRAM))
+
+
+@triton.jit
+def _align_offsets_kernel(counts_ptr, CHUNKS, starts_ptr, block_expert_ptr, num_blocks_ptr, CAPACITY,
+                          E: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+    """Pass 2 (one program): each chunk's offset in each expert's run (the counts of the chunks before it, written
+    over its counts), the padded runs' starts, each block's expert and the number of blocks."""
+    experts = tl.arange(0, E_PAD)
+    running = tl.zeros((E_PAD,), tl.int32)
+    for c in range(0, CHUNKS):
+        counts = tl.load(counts_ptr + c * E_PAD + experts)
+        tl.store(counts_ptr + c * E_PAD + experts, running)
+        running += counts
+    padded = (running + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    tl.store(starts_ptr + experts, ends - padded)
+    for b0 in range(0, CAPACITY // BLOCK_M, CHUNK):
+        blocks = b0 + tl.arange(0, CHUNK)
+        done = (ends[None, :] <= (blocks * BLOCK_M)[:, None]) & (experts[None, :] < E)
+        expert = tl.minimum(tl.sum(done.to(tl.int32), axis=1), E - 1)
+        tl.store(block_expert_ptr + blocks, expert, mask=blocks < CAPACITY // BLOCK_M)
+    tl.store(num_blocks_ptr, tl.sum(padded, axis=0) // BLOCK_M)
+
+
+@triton.jit
+def _align_place_kernel(ids_ptr, S, offsets_ptr, starts_ptr, sorted_ptr, E_PAD: tl.constexpr, CHUNK: tl.constexpr):
+    """Pass 3 (a program a chunk): each slot stored at its expert's start, plus its chunk's offset in the expert's
+    run, plus its rank among the chunk's earlier slots of that expert."""
+    c = tl.program_id(0)
+    experts = tl.arange(0, E_PAD)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
+    onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+    base = tl.load(starts_ptr + experts) + tl.load(offsets_ptr + c * E_PAD + experts)
+    before = tl.cumsum(onehot, axis=0) - onehot + base[None, :]
+    tl.store(sorted_ptr + tl.sum(before * onehot, axis=1), offs, mask=offs < S)
+
+
 _align_fast = cached(_align_kernel)
 _gate_up_fast = cached(_gate_up_kernel)
 _down_fast = cached(_down_kernel)
+_align_count_fast = cached(_align_count_kernel)
+_align_offsets_fast = cached(_align_offsets_kernel)
+_align_place_fast = cached(_align_place_kernel)
 
-#: at most this many slots, :func:`align` runs as one program (``_align_kernel``); above, as torch operations
+#: at most this many slots, :func:`align` runs as one program (``_align_kernel``); above, in three launches
 ALIGN_KERNEL_SLOTS = 1024
 
 
 def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     """(sorted_slots int32 [P], block_expert int32 [P / block_m], num_blocks int32 [1]): the T·k slots sorted by
-    expert, each expert's run padded with -1 to a multiple of ``block_m``; P bounds the padded length from the host
-    (no synchronization)."""
-    flat = top_k_index.reshape(-1).long()  # routers may give int32 indices
+    expert (each expert's slots in their order), each expert's run padded with -1 to a multiple of ``block_m``; P
+    bounds the padded length from the host (no synchronization). Up to ``ALIGN_KERNEL_SLOTS`` slots one program
+    (``_align_kernel``), above three launches over chunks of slots (``_align_count_kernel`` ...), where some 30
+    torch operations cost ~500 µs of host time a call at Qwen3-30B-A3B's 256 tokens (round 38, call 2)."""
+    flat = top_k_index.reshape(-1)  # int64 or int32 (routers may give either): the kernels read both
     slots = flat.numel()
     device = flat.device
     capacity = slots + min(num_experts, slots) * (block_m - 1)
     capacity = (capacity + block_m - 1) // block_m * block_m
+    blocks = capacity // block_m
+    e_pad = triton.next_power_of_2(num_experts)
     if slots <= ALIGN_KERNEL_SLOTS:
-        e_pad = triton.next_power_of_2(num_experts)
         # one int32 allocation for the four outputs (decode sizes: the host's time is the cost)
-        blocks = capacity // block_m
         buffer = torch.empty(capacity + blocks + 1 + slots, dtype=torch.int32, device=device)
         sorted_slots, block_expert, num_blocks, rank = buffer.split([capacity, blocks, 1, slots])
         _align_fast[(1,)](flat, _bound(slots), rank, sorted_slots, block_expert, num_blocks, _bound(capacity),
                           E=num_experts, E_PAD=e_pad, BLOCK_M=block_m, CHUNK=max(16, min(128, 8192 // e_pad)),
                           num_warps=8)
         return sorted_slots, block_expert, num_blocks
-    # scatter_add, not bincount: bincount sizes its output from the data, a host synchronization
-    counts = torch.zeros(num_experts, dtype=torch.int64, device=device).scatter_add_(0, flat, torch.ones_like(flat))
-    padded = (counts + block_m - 1) // block_m * block_m
-    ends = torch.cumsum(padded, 0)
-    order = torch.argsort(flat, stable=True)
-    expert_sorted = flat[order]
-    first_of_expert = torch.cumsum(counts, 0) - counts
-    pos = (ends - padded)[expert_sorted] + torch.arange(slots, device=device) - first_of_expert[expert_sorted]
-    sorted_slots = torch.full((capacity,), -1, dtype=torch.int32, device=device)
-    sorted_slots[pos] = order.to(torch.int32)
-    starts = torch.arange(0, capacity, block_m, device=device)
-    block_expert = torch.searchsorted(ends, starts, right=True).clamp_(max=num_experts - 1).to(torch.int32)
-    num_blocks = (ends[-1:] // block_m).to(torch.int32)
+    chunk = max(16, min(256, 8192 // e_pad))
+    chunks = triton.cdiv(slots, chunk)
+    buffer = torch.empty(capacity + blocks + 1 + chunks * e_pad + e_pad, dtype=torch.int32, device=device)
+    sorted_slots, block_expert, num_blocks, counts, starts = buffer.split(
+        [capacity, blocks, 1, chunks * e_pad, e_pad])
+    fill = triton.cdiv(capacity, chunks)
+    _align_count_fast[(chunks,)](flat, slots, counts, sorted_slots, capacity, _bound(fill), E_PAD=e_pad, CHUNK=chunk,
+                                 num_warps=8)
+    _align_offsets_fast[(1,)](counts, _bound(chunks), starts, block_expert, num_blocks, _bound(capacity),
+                              E=num_experts, E_PAD=e_pad, BLOCK_M=block_m, CHUNK=max(16, min(128, 8192 // e_pad)),
+                              num_warps=4)
+    _align_place_fast[(chunks,)](flat, slots, counts, starts, sorted_slots, E_PAD=e_pad, CHUNK=chunk, num_warps=8)
     return sorted_slots, block_expert, num_blocks
 
 

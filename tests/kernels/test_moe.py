@@ -40,7 +40,7 @@ def routing(tokens: int, experts: int, top_k: int, dtype, device="cpu"):
     return index.to(device), weights.to(device)
 
 
-@pytest.mark.parametrize("one_program", [True, False], ids=["kernel", "torch"])
+@pytest.mark.parametrize("one_program", [True, False], ids=["one-program", "chunks"])
 @pytest.mark.parametrize("block_m", [16, 32])
 def test_align_sorts_and_pads_each_expert(kernel_device, monkeypatch, block_m, one_program):
     if not one_program:
@@ -60,6 +60,28 @@ def test_align_sorts_and_pads_each_expert(kernel_device, monkeypatch, block_m, o
         assert (block_expert[start // block_m:(start + padded) // block_m] == e).all()
         start += padded
     assert (sorted_slots[start:] == -1).all()
+
+
+@pytest.mark.parametrize("tokens,top_k,experts,block_m", [(1500, 2, 12, 64), (700, 8, 130, 16), (1025, 1, 3, 128)])
+def test_align_over_many_chunks(kernel_device, tokens, top_k, experts, block_m):
+    """Above ALIGN_KERNEL_SLOTS: three launches over chunks of slots (12 chunks of 256 slots for 12 experts; 175
+    chunks of 32 for 130 experts, some experts without a slot) against a stable sort."""
+    index = torch.stack([torch.randperm(experts)[:top_k] for _ in range(tokens)])
+    index[::7, 0] = 0  # one expert with many slots: several blocks
+    sorted_slots, block_expert, num_blocks = (t.cpu() for t in moe.align(index.to(kernel_device), experts, block_m))
+    flat = index.reshape(-1)
+    counts = torch.bincount(flat, minlength=experts)
+    padded = (counts + block_m - 1) // block_m * block_m
+    want = torch.full((sorted_slots.numel(),), -1, dtype=torch.int32)
+    want_blocks = []
+    start = 0
+    for e in range(experts):
+        want[start:start + int(counts[e])] = (flat == e).nonzero()[:, 0].int()
+        want_blocks += [e] * (int(padded[e]) // block_m)
+        start += int(padded[e])
+    assert torch.equal(sorted_slots, want)
+    assert int(num_blocks) == len(want_blocks)
+    assert block_expert[:len(want_blocks)].tolist() == want_blocks
 
 
 def truth(experts: Experts, x, index, weights) -> torch.Tensor:
@@ -188,7 +210,7 @@ def test_grouped_kernels_in_a_cuda_graph_gpu(recipe):
             assert torch.equal(static_y, block(new_x, index, weights))
 
 
-@pytest.mark.parametrize("one_program", [True, False], ids=["kernel", "torch"])
+@pytest.mark.parametrize("one_program", [True, False], ids=["one-program", "chunks"])
 def test_int32_routing_indices(kernel_device, monkeypatch, one_program):
     """Routers that give int32 indices: the same result as int64 on both paths of align and in the loop."""
     if not one_program:
