@@ -285,16 +285,17 @@ def _align_count_kernel(ids_ptr, S, counts_ptr, sorted_ptr, CAPACITY, FILL_PER_P
 
 
 @triton.jit
-def _align_offsets_kernel(counts_ptr, CHUNKS, starts_ptr, block_expert_ptr, num_blocks_ptr, CAPACITY,
+def _align_offsets_kernel(counts_ptr, CHUNKS, offsets_ptr, starts_ptr, block_expert_ptr, num_blocks_ptr, CAPACITY,
                           E: tl.constexpr, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
-    """Pass 2 (one program): each chunk's offset in each expert's run (the counts of the chunks before it, written
-    over its counts), the padded runs' starts, each block's expert and the number of blocks."""
+    """Pass 2 (one program): each chunk's offset in each expert's run (the counts of the chunks before it), the
+    padded runs' starts, each block's expert and the number of blocks. The offsets go to their own buffer, not over
+    the counts: with fewer experts than threads each count is held by several threads, and one warp's store could
+    land before another warp's load of the same count (GPU run, round 38 call 3)."""
     experts = tl.arange(0, E_PAD)
     running = tl.zeros((E_PAD,), tl.int32)
     for c in range(0, CHUNKS):
-        counts = tl.load(counts_ptr + c * E_PAD + experts)
-        tl.store(counts_ptr + c * E_PAD + experts, running)
-        running += counts
+        tl.store(offsets_ptr + c * E_PAD + experts, running)
+        running += tl.load(counts_ptr + c * E_PAD + experts)
     padded = (running + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     ends = tl.cumsum(padded, axis=0)
     tl.store(starts_ptr + experts, ends - padded)
@@ -354,16 +355,16 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
         return sorted_slots, block_expert, num_blocks
     chunk = max(16, min(256, 8192 // e_pad))
     chunks = triton.cdiv(slots, chunk)
-    buffer = torch.empty(capacity + blocks + 1 + chunks * e_pad + e_pad, dtype=torch.int32, device=device)
-    sorted_slots, block_expert, num_blocks, counts, starts = buffer.split(
-        [capacity, blocks, 1, chunks * e_pad, e_pad])
+    buffer = torch.empty(capacity + blocks + 1 + 2 * chunks * e_pad + e_pad, dtype=torch.int32, device=device)
+    sorted_slots, block_expert, num_blocks, counts, offsets, starts = buffer.split(
+        [capacity, blocks, 1, chunks * e_pad, chunks * e_pad, e_pad])
     fill = triton.cdiv(capacity, chunks)
     _align_count_fast[(chunks,)](flat, slots, counts, sorted_slots, capacity, _bound(fill), E_PAD=e_pad, CHUNK=chunk,
                                  num_warps=8)
-    _align_offsets_fast[(1,)](counts, _bound(chunks), starts, block_expert, num_blocks, _bound(capacity),
+    _align_offsets_fast[(1,)](counts, _bound(chunks), offsets, starts, block_expert, num_blocks, _bound(capacity),
                               E=num_experts, E_PAD=e_pad, BLOCK_M=block_m, CHUNK=max(16, min(128, 8192 // e_pad)),
                               num_warps=4)
-    _align_place_fast[(chunks,)](flat, slots, counts, starts, sorted_slots, E_PAD=e_pad, CHUNK=chunk, num_warps=8)
+    _align_place_fast[(chunks,)](flat, slots, offsets, starts, sorted_slots, E_PAD=e_pad, CHUNK=chunk, num_warps=8)
     return sorted_slots, block_expert, num_blocks
 
 
