@@ -7,10 +7,10 @@ The module timed is the experts call of one block, ``experts(hidden [T, H], top_
 with each token routed to k distinct experts drawn at random (the same routing for every variant):
 - ``bf16 eager``: transformers' fused experts, its loop over the experts hit (``_experts_implementation="eager"``);
 - ``bf16 grouped_mm``: the same weights through ``torch._grouped_mm`` (``"grouped_mm"``), transformers' fast path;
-- each recipe: quantkit's split experts: for the weight-only formats the grouped kernels of quantkit.kernels.moe
-  (two launches), for the others (and the weight-only ones as ``(loop)``) one quantized linear call per expert
-  projection, the experts sorted once; ``(graph)``: replayed from a CUDA graph (the GPU time without the host's),
-  where the path can be captured.
+- each recipe: quantkit's split experts as the module dispatches them: the grouped kernels of quantkit.kernels.moe
+  (align, then two launches), or from 256 rows an expert one quantized linear call per expert projection, the
+  experts sorted once (the weight-only recipes also as ``(loop)``, always that way); ``(graph)``: the grouped
+  kernels replayed from a CUDA graph (the GPU time without the host's).
 
 Each figure is wall time per call (host and GPU: the loop synchronizes once a call to learn which experts were hit),
 the median of ``--rounds`` rounds of back-to-back calls; the error is ‖y − y_bf16‖ / ‖y_bf16‖ against bf16 eager.

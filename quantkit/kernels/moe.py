@@ -230,40 +230,53 @@ def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_p
 
 
 @triton.jit
-def _align_kernel(ids_ptr, S, rank_ptr, sorted_ptr, block_expert_ptr, num_blocks_ptr, CAPACITY, E: tl.constexpr,
-                  E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
-    """:func:`align` in one program (one launch instead of some 25 torch operations: decode sizes, where the host's
-    time is the cost). Pass 1: each slot's rank among the earlier slots of its expert, and the experts' counts;
-    the padded runs' ends by a cumulative sum. Pass 2: every slot stored at its expert's start plus its rank (the
-    buffer filled with -1 first), and each block's expert: the number of runs that end at or before its start."""
-    experts = tl.arange(0, E_PAD)
-    running = tl.zeros((E_PAD,), tl.int32)
-    for c0 in range(0, S, CHUNK):
-        offs = c0 + tl.arange(0, CHUNK)
-        ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
-        onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
-        before = tl.cumsum(onehot, axis=0) - onehot + running[None, :]
-        tl.store(rank_ptr + offs, tl.sum(before * onehot, axis=1), mask=offs < S)
-        running += tl.sum(onehot, axis=0)
-    padded = (running + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+def _onehot(ids_ptr, offs, S, experts):
+    """[len(offs), E_PAD] int32: each slot's expert as a one-hot row (no expert past S)."""
+    ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
+    return (ids[:, None] == experts[None, :]).to(tl.int32)
+
+
+@triton.jit
+def _runs(counts, experts, block_expert_ptr, num_blocks_ptr, CAPACITY, E: tl.constexpr, BLOCK_M: tl.constexpr,
+          CHUNK: tl.constexpr):
+    """From the experts' slot counts [E_PAD]: each block's expert (the number of runs, each padded to a multiple of
+    BLOCK_M, that end at or before the block's start) and the number of blocks; returns the runs' starts."""
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     ends = tl.cumsum(padded, axis=0)
-    starts = ends - padded
-    for p0 in range(0, CAPACITY, CHUNK * 4):
-        offs = p0 + tl.arange(0, CHUNK * 4)
-        tl.store(sorted_ptr + offs, tl.full((CHUNK * 4,), -1, tl.int32), mask=offs < CAPACITY)
-    tl.debug_barrier()
-    for c0 in range(0, S, CHUNK):
-        offs = c0 + tl.arange(0, CHUNK)
-        ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
-        onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
-        pos = tl.sum(onehot * starts[None, :], axis=1) + tl.load(rank_ptr + offs, mask=offs < S, other=0)
-        tl.store(sorted_ptr + pos, offs, mask=offs < S)
     for b0 in range(0, CAPACITY // BLOCK_M, CHUNK):
         blocks = b0 + tl.arange(0, CHUNK)
         done = (ends[None, :] <= (blocks * BLOCK_M)[:, None]) & (experts[None, :] < E)
         expert = tl.minimum(tl.sum(done.to(tl.int32), axis=1), E - 1)
         tl.store(block_expert_ptr + blocks, expert, mask=blocks < CAPACITY // BLOCK_M)
     tl.store(num_blocks_ptr, tl.sum(padded, axis=0) // BLOCK_M)
+    return ends - padded
+
+
+@triton.jit
+def _align_kernel(ids_ptr, S, rank_ptr, sorted_ptr, block_expert_ptr, num_blocks_ptr, CAPACITY, E: tl.constexpr,
+                  E_PAD: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
+    """:func:`align` in one program (one launch instead of some 25 torch operations: decode sizes, where the host's
+    time is the cost). Pass 1: each slot's rank among the earlier slots of its expert, and the experts' counts,
+    which give the runs and the blocks' experts. Pass 2: every slot stored at its expert's start plus its rank (the
+    buffer filled with -1 first)."""
+    experts = tl.arange(0, E_PAD)
+    running = tl.zeros((E_PAD,), tl.int32)
+    for c0 in range(0, S, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        onehot = _onehot(ids_ptr, offs, S, experts)
+        before = tl.cumsum(onehot, axis=0) - onehot + running[None, :]
+        tl.store(rank_ptr + offs, tl.sum(before * onehot, axis=1), mask=offs < S)
+        running += tl.sum(onehot, axis=0)
+    starts = _runs(running, experts, block_expert_ptr, num_blocks_ptr, CAPACITY, E, BLOCK_M, CHUNK)
+    for p0 in range(0, CAPACITY, CHUNK * 4):
+        offs = p0 + tl.arange(0, CHUNK * 4)
+        tl.store(sorted_ptr + offs, tl.full((CHUNK * 4,), -1, tl.int32), mask=offs < CAPACITY)
+    tl.debug_barrier()
+    for c0 in range(0, S, CHUNK):
+        offs = c0 + tl.arange(0, CHUNK)
+        onehot = _onehot(ids_ptr, offs, S, experts)
+        pos = tl.sum(onehot * starts[None, :], axis=1) + tl.load(rank_ptr + offs, mask=offs < S, other=0)
+        tl.store(sorted_ptr + pos, offs, mask=offs < S)
 
 
 @triton.jit
@@ -274,9 +287,7 @@ def _align_count_kernel(ids_ptr, S, counts_ptr, sorted_ptr, CAPACITY, FILL_PER_P
     c = tl.program_id(0)
     experts = tl.arange(0, E_PAD)
     offs = c * CHUNK + tl.arange(0, CHUNK)
-    ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
-    onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
-    tl.store(counts_ptr + c * E_PAD + experts, tl.sum(onehot, axis=0))
+    tl.store(counts_ptr + c * E_PAD + experts, tl.sum(_onehot(ids_ptr, offs, S, experts), axis=0))
     first = c * FILL_PER_PROGRAM
     for f0 in range(0, FILL_PER_PROGRAM, CHUNK * 4):
         fill = first + f0 + tl.arange(0, CHUNK * 4)
@@ -296,15 +307,8 @@ def _align_offsets_kernel(counts_ptr, CHUNKS, offsets_ptr, starts_ptr, block_exp
     for c in range(0, CHUNKS):
         tl.store(offsets_ptr + c * E_PAD + experts, running)
         running += tl.load(counts_ptr + c * E_PAD + experts)
-    padded = (running + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    ends = tl.cumsum(padded, axis=0)
-    tl.store(starts_ptr + experts, ends - padded)
-    for b0 in range(0, CAPACITY // BLOCK_M, CHUNK):
-        blocks = b0 + tl.arange(0, CHUNK)
-        done = (ends[None, :] <= (blocks * BLOCK_M)[:, None]) & (experts[None, :] < E)
-        expert = tl.minimum(tl.sum(done.to(tl.int32), axis=1), E - 1)
-        tl.store(block_expert_ptr + blocks, expert, mask=blocks < CAPACITY // BLOCK_M)
-    tl.store(num_blocks_ptr, tl.sum(padded, axis=0) // BLOCK_M)
+    tl.store(starts_ptr + experts, _runs(running, experts, block_expert_ptr, num_blocks_ptr, CAPACITY, E, BLOCK_M,
+                                         CHUNK))
 
 
 @triton.jit
@@ -314,8 +318,7 @@ def _align_place_kernel(ids_ptr, S, offsets_ptr, starts_ptr, sorted_ptr, E_PAD: 
     c = tl.program_id(0)
     experts = tl.arange(0, E_PAD)
     offs = c * CHUNK + tl.arange(0, CHUNK)
-    ids = tl.load(ids_ptr + offs, mask=offs < S, other=-1).to(tl.int32)
-    onehot = (ids[:, None] == experts[None, :]).to(tl.int32)
+    onehot = _onehot(ids_ptr, offs, S, experts)
     base = tl.load(starts_ptr + experts) + tl.load(offsets_ptr + c * E_PAD + experts)
     before = tl.cumsum(onehot, axis=0) - onehot + base[None, :]
     tl.store(sorted_ptr + tl.sum(before * onehot, axis=1), offs, mask=offs < S)

@@ -160,7 +160,9 @@ class Experts(nn.Module):
         """((format, group size, scale format), stacks) when the experts run as one operator, else None. A compiled
         forward takes the stacks as they are (a buffer address does not trace; :meth:`restack` runs after
         quantization, loads and moves)."""
-        state = self._stack_state if torch.compiler.is_compiling() else (self._stacks(), self._stack_state)[1]
+        if not torch.compiler.is_compiling():
+            self._stacks()  # stacked again if a layer's buffers were replaced since
+        state = self._stack_state
         if state is None or state[1] is None:
             return None
         return state[0], state[1]

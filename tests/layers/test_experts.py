@@ -246,8 +246,9 @@ def test_experts_run_the_kernels_gpu(recipe):
     assert rel_error(y, ref) < 1e-2
 
 
-def test_input_gradient_through_quantized_experts():
-    """Adapters before a quantized MoE block train: x's gradient is that of the block with the dequantized weights."""
+def quantized_and_dequantized_block():
+    """A tiny Qwen3-MoE's first experts block quantized (int8 weight-only), and its fused module given the
+    dequantized weights."""
     model = tiny_moe("qwen3_moe")
     name, original = next(iter(fused_modules(model).items()))
     quantkit.quantize_(model, "int8-weight-only")
@@ -258,6 +259,12 @@ def test_input_gradient_through_quantized_experts():
                                                  for e in range(experts.num_experts)]))
         original.down_proj.copy_(torch.stack([experts.expert(e).down.dequantize()
                                               for e in range(experts.num_experts)]))
+    return experts, original
+
+
+def test_input_gradient_through_quantized_experts():
+    """Adapters before a quantized MoE block train: x's gradient is that of the block with the dequantized weights."""
+    experts, original = quantized_and_dequantized_block()
     x = torch.randn(7, 128, requires_grad=True)
     index, weights = routing(experts.num_experts, 7)
     (grad_ours,) = torch.autograd.grad(experts(x, index, weights).square().sum(), x)
@@ -354,16 +361,7 @@ def test_meta_experts_give_the_output_shape():
 def test_router_weights_get_their_gradient():
     """A trainable router (its weights require grad) with a frozen input: the experts take the autograd path, and
     the routing weights' gradient is that of the fused module with the dequantized weights."""
-    model = tiny_moe("qwen3_moe")
-    name, original = next(iter(fused_modules(model).items()))
-    quantkit.quantize_(model, "int8-weight-only")
-    experts = model.get_submodule(name)
-    with torch.no_grad():
-        original.gate_up_proj.copy_(torch.stack([torch.cat([experts.expert(e).gate.dequantize(),
-                                                            experts.expert(e).up.dequantize()])
-                                                 for e in range(experts.num_experts)]))
-        original.down_proj.copy_(torch.stack([experts.expert(e).down.dequantize()
-                                              for e in range(experts.num_experts)]))
+    experts, original = quantized_and_dequantized_block()
     x = torch.randn(7, 128)
     index, weights = routing(experts.num_experts, 7)
     weights.requires_grad_(True)
