@@ -1,6 +1,7 @@
-"""int4 grouped MoE kernels before and after a change, and a small config grid, timed from CUDA graphs.
+"""Grouped MoE kernels before and after a change, and a small config grid, timed from CUDA graphs.
 
-    python scripts/probe_moe_int4.py BEFORE.py [--cells qwen3-30b-a3b:2048,...] [--grid] [--rounds 5]
+    python scripts/probe_moe_int4.py BEFORE.py [--recipe int4-weight-only] [--cells qwen3-30b-a3b:2048,...] [--grid]
+                                     [--swap] [--no-before] [--rounds 5]
 
 BEFORE.py is an earlier ``quantkit/kernels/moe.py`` (loaded as its own module beside the current one). Per cell (a
 block shape of scripts/bench_moe.py and a token count): bf16 grouped_mm's graph, the earlier kernels' default, the
@@ -40,6 +41,8 @@ def main(argv=None) -> int:
                                            "mixtral-8x7b:1,mixtral-8x7b:16,mixtral-8x7b:256,mixtral-8x7b:2048")
     parser.add_argument("--recipe", default="int4-weight-only")
     parser.add_argument("--grid", action="store_true")
+    parser.add_argument("--swap", action="store_true", help="the grid with SWAP (acc^T = W x^T) in place of the plain kernels")
+    parser.add_argument("--no-before", action="store_true", help="skip the earlier kernels")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     before = load(args.before)
@@ -70,8 +73,8 @@ def main(argv=None) -> int:
             base = run().float()
             scale = base.abs().max().item()
             bf16 = timed(lambda: grouped(x, index, weights), args.rounds)
-            old = timed(lambda: run(before), args.rounds)
-            old_diff = (run(before).float() - base).abs().max().item() / scale
+            old = bf16 if args.no_before else timed(lambda: run(before), args.rounds)
+            old_diff = 0.0 if args.no_before else (run(before).float() - base).abs().max().item() / scale
             new = timed(run, args.rounds)
             print(f"{shape} T={tokens} {args.recipe}: bf16 grouped_mm {bf16:.1f} µs | before {old:.1f} µs "
                   f"({bf16 / old:.2f}x, diff {old_diff:.1e}) | now {new:.1f} µs ({bf16 / new:.2f}x)", flush=True)
@@ -81,10 +84,13 @@ def main(argv=None) -> int:
             block_m = moe._config(tokens * top_k, grouped.gate_up_proj.shape[0], moe.FORMATS[fmt], group, True,
                                   2)["BLOCK_M"]
             results = []
-            for bn_up, bn_down, warps, stages in itertools.product([64, 128], [64, 128], [4, 8], [3, 4]):
+            swaps = [True] if args.swap else [False]
+            stage_list = [3] if args.swap else [3, 4]
+            for swap, bn_up, bn_down, warps, stages in itertools.product(swaps, [64, 128], [64, 128], [4, 8],
+                                                                          stage_list):
                 if block_m == 16 and warps == 8:
                     continue
-                up = dict(BLOCK_M=block_m, BLOCK_N=bn_up, BLOCK_K=128, num_warps=warps, num_stages=stages)
+                up = dict(BLOCK_M=block_m, BLOCK_N=bn_up, BLOCK_K=128, num_warps=warps, num_stages=stages, SWAP=swap)
                 down = dict(up, BLOCK_N=bn_down)
                 try:
                     y = run(configs=(up, down)).float()
@@ -95,7 +101,7 @@ def main(argv=None) -> int:
                 diff = (y - base).abs().max().item() / scale
                 results.append((us, up, down))
                 print(f"  {us:8.1f} µs ({bf16 / us:.2f}x)  BM {block_m} up {bn_up} down {bn_down} w{warps} "
-                      f"s{stages}  diff {diff:.1e}  (rows/expert {rows:.0f})", flush=True)
+                      f"s{stages}{' SWAP' if swap else ''}  diff {diff:.1e}  (rows/expert {rows:.0f})", flush=True)
             results.sort(key=lambda r: r[0])
             print("  best:", [f"{r[0]:.1f} µs {r[1]} / {r[2]}" for r in results[:3]], flush=True)
     return 0

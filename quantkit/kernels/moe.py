@@ -64,7 +64,7 @@ def _bound(value: int):
 @triton.jit
 def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, K, N, GROUPS,
                  FORMAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr,
-                 I4MODE: tl.constexpr):
+                 I4MODE: tl.constexpr, SWAP: tl.constexpr):
     """One K step of one expert's codes as the dot's B operand [BLOCK_K, BLOCK_N] and a per-column scale
     [BLOCK_N] for the step's partial sum: int8 weight-only the codes in DTYPE (scale 1; the channel scale comes after
     the loop); int4 the weight ``(q - z) * s`` itself (scale 1), converted from the packed words in registers as
@@ -83,8 +83,14 @@ def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, K, N, GROUP
         zero = tl.load(z_ptr + qp, mask=mask_n, other=0)
         scale = tl.load(s_ptr + qp, mask=mask_n, other=0.0)
         o0, o1, o2, o3 = _dequant_pairs(words, zero, scale, I4MODE, True)
-        w = tl.trans(_words_to_tile(o0, o1, o2, o3, BLOCK_N, BLOCK_K))
+        w = _words_to_tile(o0, o1, o2, o3, BLOCK_N, BLOCK_K)
+        if not SWAP:
+            w = tl.trans(w)
         return w, tl.full((BLOCK_N,), 1.0, tl.float32)
+    elif SWAP:  # (weight-only int8) the codes as the dot's A operand [BLOCK_N, BLOCK_K], converted in registers
+        ptrs = w_ptr + (e * N + offs_n[:, None]).to(tl.int64) * K + k[None, :]
+        codes = tl.load(ptrs, mask=mask_n[:, None] & (k[None, :] < K), other=0)
+        return codes.to(tl.float32).to(DTYPE), tl.full((BLOCK_N,), 1.0, tl.float32)
     else:
         ptrs = w_ptr + (e * N + offs_n[None, :]).to(tl.int64) * K + k[:, None]
         codes = tl.load(ptrs, mask=mask_n[None, :] & (k[:, None] < K), other=0)
@@ -124,21 +130,26 @@ def _dot_i8(a, b, F32: tl.constexpr):
 @triton.jit
 def _accumulate(acc, x_ptr, xs_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, K, N, GROUPS, stride_x,
                 FORMAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr,
-                F32: tl.constexpr, I4MODE: tl.constexpr):
+                F32: tl.constexpr, I4MODE: tl.constexpr, SWAP: tl.constexpr):
     """acc [BLOCK_M, BLOCK_N] += x[rows] @ W[e][offs_n]^T over all of K: float32 (int8 weight-only before its
     channel scale; fp8-block with both block scales applied per step), int32 for int8-dynamic."""
     offs_k = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_x
+    # SWAP (weight-only): acc^T [BLOCK_N, BLOCK_M] = W x^T, the converted weight the dot's A operand
+    acc_t = tl.zeros((acc.shape[1], acc.shape[0]), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         w, scale = _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, K, N, GROUPS, FORMAT, BLOCK_N,
-                                BLOCK_K, DTYPE, I4MODE)
+                                BLOCK_K, DTYPE, I4MODE, SWAP)
         k = k0 + offs_k
-        if FORMAT == 1:  # K is a multiple of the group, and so of BLOCK_K
-            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None], other=0.0)
-            acc += _dot(x, w, F32)
-        elif FORMAT == 0:
-            x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
-            acc += _dot(x, w, F32)
+        if FORMAT == 1 or FORMAT == 0:
+            if FORMAT == 1:  # K is a multiple of the group, and so of BLOCK_K
+                x = tl.load(x_rows + k[None, :], mask=mask_m[:, None], other=0.0)
+            else:
+                x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0.0)
+            if SWAP:
+                acc_t += _dot(w, tl.trans(x), F32)
+            else:
+                acc += _dot(x, w, F32)
         elif FORMAT == 2:
             x = tl.load(x_rows + k[None, :], mask=mask_m[:, None] & (k[None, :] < K), other=0)
             acc += _dot_i8(x, w, F32)
@@ -148,6 +159,8 @@ def _accumulate(acc, x_ptr, xs_ptr, rows, mask_m, w_ptr, s_ptr, z_ptr, e, offs_n
             # x's scales [rows, ceil(K / 128)] (GROUPS), as the weight's K blocks
             x_scale = tl.load(xs_ptr + rows.to(tl.int64) * GROUPS + k0 // 128, mask=mask_m, other=0.0)
             acc += _dot(x, w, F32) * x_scale[:, None] * scale[None, :]
+    if SWAP:
+        acc += tl.trans(acc_t)
     return acc
 
 
@@ -184,7 +197,8 @@ def _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, DIV: tl.cons
 def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr,
                     gw_ptr, gs_ptr, gz_ptr, uw_ptr, us_ptr, uz_ptr, h_ptr, N, K, GROUPS,
                     TOP_K: tl.constexpr, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr, I4MODE: tl.constexpr):
+                    BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr, I4MODE: tl.constexpr,
+                    SWAP: tl.constexpr):
     live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, TOP_K,
                                                        BLOCK_M, NUM_N)
     if live:
@@ -195,9 +209,9 @@ def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr,
         gate = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
         up = tl.zeros((BLOCK_M, BLOCK_N), acc_type)
         gate = _accumulate(gate, x_ptr, xs_ptr, rows, valid, gw_ptr, gs_ptr, gz_ptr, e, offs_n, mask_n, K, N, GROUPS,
-                           stride_x, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE)
+                           stride_x, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE, SWAP)
         up = _accumulate(up, x_ptr, xs_ptr, rows, valid, uw_ptr, us_ptr, uz_ptr, e, offs_n, mask_n, K, N, GROUPS,
-                         stride_x, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE)
+                         stride_x, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE, SWAP)
         # each projection's output rounded to x's dtype before the activation, as the layers' outputs are
         gate = _finish(gate, xs_ptr, rows, valid, gs_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
         up = _finish(up, xs_ptr, rows, valid, us_ptr, e, offs_n, mask_n, N, FORMAT).to(DTYPE).to(tl.float32)
@@ -211,7 +225,7 @@ def _gate_up_kernel(x_ptr, xs_ptr, stride_x, sorted_slots_ptr, block_expert_ptr,
 def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, dw_ptr, ds_ptr, dz_ptr,
                  route_ptr, y_ptr, N, K, GROUPS, FORMAT: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_N: tl.constexpr, F32: tl.constexpr,
-                 DTYPE: tl.constexpr, I4MODE: tl.constexpr):
+                 DTYPE: tl.constexpr, I4MODE: tl.constexpr, SWAP: tl.constexpr):
     live, tile_n, e, slots, rows, valid = _block_rows(sorted_slots_ptr, block_expert_ptr, num_blocks_ptr, 1,
                                                        BLOCK_M, NUM_N)
     if live:
@@ -219,7 +233,7 @@ def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_p
         mask_n = offs_n < N
         acc = tl.zeros((BLOCK_M, BLOCK_N), tl.int32 if FORMAT == 2 else tl.float32)
         acc = _accumulate(acc, h_ptr, hs_ptr, rows, valid, dw_ptr, ds_ptr, dz_ptr, e, offs_n, mask_n, K, N, GROUPS,
-                          K, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE)
+                          K, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE, SWAP)
         out = _finish(acc, hs_ptr, rows, valid, ds_ptr, e, offs_n, mask_n, N, FORMAT)
         # the reference rounds the down projection's output to x's dtype, then weights it in that dtype
         # (in float32, rounded once: the interpreter has no bfloat16 arithmetic)
@@ -399,7 +413,7 @@ def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes
     else:
         block_n = 64 if block_m == 64 else 128
     return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=8 if block_m == 128 else 4,
-                num_stages=stages)
+                num_stages=stages, SWAP=False)
 
 
 def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, fmt: str,
@@ -422,7 +436,7 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
     f32 = dtype == torch.float32 or _INTERPRET
     x_bytes = 1 if code in _ACT_FAMILY else x.element_size()
     if configs is not None:
-        up_cfg, down_cfg = configs
+        up_cfg, down_cfg = ({"SWAP": False, **cfg} for cfg in configs)
     else:
         up_cfg = _config(slots, experts, code, group_size, gated=True, x_bytes=x_bytes)
         down_cfg = _config(slots, experts, code, group_size, gated=False, x_bytes=x_bytes)
