@@ -17,6 +17,10 @@ can be captured in a CUDA graph)::
    weight and writes float32 [T·k, H]; the k slots of each token are summed by one ``sum`` (deterministic, unlike
    atomics), then cast to x's dtype.
 
+``SWAP`` (a launch option of the weight-only formats, used in 128-row blocks): each dot computes the tile transposed,
+``acc^T [BLOCK_N, BLOCK_M] += W x^T``, so the weight converted in registers is the dot's A operand, which Hopper's
+wgmma reads from registers, where as the B operand it is staged through shared memory; the same products and sums.
+
 Rounding follows the layers: each projection's output is rounded to x's dtype, then the activation, the product
 and the routing weight are each rounded to it, as the loop's tensor operations round them.
 
@@ -396,18 +400,20 @@ def _config(slots: int, experts: int, fmt: int, group: int, gated: bool, x_bytes
     128 (int4: its group, up to 128; int8-dynamic: 64). The gate / up kernel's two accumulators take 128 columns up
     to 64-row blocks. From round 37's grid (call 8, notes/moe.md): int8 weight-only at Qwen3-30B-A3B's 256 tokens
     404 -> 344 µs with 128-deep steps, and 128-wide gate / up tiles for int4 then. int4 since round 38 converts its
-    weight in registers for one dot a step; its grid (call 1): 64-wide tiles in blocks of up to 32 rows, and in
-    128-row blocks 128-wide gate / up tiles with four stages (Mixtral-8x7B's 2048 tokens: 6,834 -> 5,909 µs). Two
-    pipeline stages where three x tiles would not fit in shared memory beside the codes (float32 x in 128-row
-    blocks)."""
+    weight in registers for one dot a step; its grid (call 1): 64-wide tiles in blocks of up to 32 rows. In
+    128-row blocks the weight-only formats run SWAP (call 7). Two pipeline stages where three x tiles would not fit
+    in shared memory beside the codes (float32 x in 128-row blocks)."""
     rows = rows_per_expert(slots, experts)
     block_m = 16 if rows <= 16 else 32 if rows <= 48 else 64 if rows <= 160 else 128
     block_k = min(group, 128) if fmt == INT4 else 64 if fmt == INT8_DYNAMIC else 128
     stages = 3 if block_m * block_k * x_bytes <= 32 * 1024 else 2
+    if block_m == 128 and fmt in (INT8, INT4) and x_bytes == 2:
+        # acc^T = W x^T (the converted weight the dot's A operand): at Mixtral-8x7B's 2048 tokens int8 5,358 ->
+        # 4,616 µs, int4 5,833 -> 5,423 (round 38, call 7); slower in every 16- and 64-row block it was timed in
+        return dict(BLOCK_M=128, BLOCK_N=128 if fmt == INT8 else 64, BLOCK_K=block_k,
+                    num_warps=8 if fmt == INT8 else 4, num_stages=3, SWAP=True)
     if fmt == INT4 and block_m <= 32:
         block_n = 64  # int4 at decode sizes (round 37, call 9: 128-wide tiles 47 -> 71 µs at Qwen's T = 1)
-    elif fmt == INT4 and block_m == 128 and x_bytes == 2:
-        block_n, stages = 128, 4
     elif gated:
         block_n = 128 if block_m <= 64 else 64
     else:

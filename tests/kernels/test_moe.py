@@ -290,3 +290,25 @@ def test_quantized_moe_model_compiles_fullgraph_gpu():
         eager = model(ids).logits.float()
         compiled = torch.compile(model, fullgraph=True)(ids).logits.float()
     assert rel_error(compiled, eager) < 2e-2
+
+
+@pytest.mark.parametrize("recipe", ["int8-weight-only", INT4], ids=["int8", "int4"])
+def test_swapped_tiles_compute_the_same(kernel_device, recipe):
+    """SWAP (acc^T = W x^T, the weight-only formats' 128-row blocks): the same products and sums as the plain tiles
+    (under the interpreter's float32 dots, the same bits)."""
+    if kernel_device == "cuda":
+        pytest.skip("the GPU runs SWAP through test_grouped_kernels_gpu's 128-row blocks")
+    experts = make_experts(6, 96, 64, recipe, torch.bfloat16)
+    stacks = experts._stacks()
+    fmt, group, scale_fmt = experts._stack_state[0]
+    x = torch.randn(150, 96, dtype=torch.bfloat16)
+    index, weights = routing(150, 6, 2, torch.bfloat16)
+    plain = dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=2)
+    swapped = dict(plain, SWAP=True)
+    with torch.no_grad():
+        a = moe.experts_forward(x, index, weights, fmt, stacks["gate"], stacks["up"], stacks["down"], group,
+                                scale_fmt, (plain, plain))
+        b = moe.experts_forward(x, index, weights, fmt, stacks["gate"], stacks["up"], stacks["down"], group,
+                                scale_fmt, (swapped, swapped))
+    assert torch.equal(a, b)
+    assert moe._config(2048 * 2, 8, moe.INT8, 0, True, 2)["SWAP"]  # Mixtral-8x7B's 2048 tokens
