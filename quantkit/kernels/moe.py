@@ -359,7 +359,9 @@ def align(top_k_index: torch.Tensor, num_experts: int, block_m: int):
     bounds the padded length from the host (no synchronization). Up to ``ALIGN_KERNEL_SLOTS`` slots one program
     (``_align_kernel``), above three launches over chunks of slots (``_align_count_kernel`` ...), where some 30
     torch operations cost ~500 µs of host time a call at Qwen3-30B-A3B's 256 tokens (round 38, call 2)."""
-    flat = top_k_index.reshape(-1)  # int64 or int32 (routers may give either): the kernels read both
+    # int64 or int32 (routers may give either): the kernels read both, with unit stride (a slice of a wider index,
+    # e.g. top-1 from [T, 2], reshapes to a strided view)
+    flat = top_k_index.reshape(-1).contiguous()
     slots = flat.numel()
     device = flat.device
     capacity = slots + min(num_experts, slots) * (block_m - 1)

@@ -312,3 +312,13 @@ def test_swapped_tiles_compute_the_same(kernel_device, recipe):
                                 scale_fmt, (swapped, swapped))
     assert torch.equal(a, b)
     assert moe._config(2048 * 2, 8, moe.INT8, 0, True, 2)["SWAP"]  # Mixtral-8x7B's 2048 tokens
+
+
+@pytest.mark.parametrize("one_program", [True, False], ids=["one-program", "chunks"])
+def test_align_reads_a_strided_index(kernel_device, monkeypatch, one_program):
+    """A top-1 index sliced from a wider one reshapes to a strided view; align reads it as its values."""
+    if not one_program:
+        monkeypatch.setattr(moe, "ALIGN_KERNEL_SLOTS", 0)
+    wide = torch.stack([torch.randperm(6)[:2] for _ in range(40)]).to(kernel_device)
+    strided, packed = moe.align(wide[:, :1], 6, 16), moe.align(wide[:, :1].contiguous(), 6, 16)
+    assert all(torch.equal(a, b) for a, b in zip(strided, packed))
