@@ -69,8 +69,8 @@ def _bound(value: int):
 def _weight_step(w_ptr, s_ptr, z_ptr, e, offs_n, mask_n, k0, offs_k, K, N, GROUPS,
                  FORMAT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DTYPE: tl.constexpr,
                  I4MODE: tl.constexpr, SWAP: tl.constexpr):
-    """One K step of one expert's codes as the dot's B operand [BLOCK_K, BLOCK_N] and a per-column scale
-    [BLOCK_N] for the step's partial sum: int8 weight-only the codes in DTYPE (scale 1; the channel scale comes after
+    """One K step of one expert's codes as the dot's B operand [BLOCK_K, BLOCK_N] (with SWAP, the weight-only
+    formats', its A operand [BLOCK_N, BLOCK_K]) and a per-column scale [BLOCK_N] for the step's partial sum: int8 weight-only the codes in DTYPE (scale 1; the channel scale comes after
     the loop); int4 the weight ``(q - z) * s`` itself (scale 1), converted from the packed words in registers as
     the int4 layers' tile kernels do (``I4MODE``: float32, or bf16 / fp16 rounded once); int8-dynamic the int8
     codes; fp8-block the e4m3 codes and the 128 x 128 block's scale."""
