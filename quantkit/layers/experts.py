@@ -178,7 +178,7 @@ class Experts(nn.Module):
             return self.forward_loop(hidden_states, top_k_index, top_k_weights)
         (fmt, group, scale_fmt), stacks = grouped
         return moe_experts(hidden_states, top_k_index, top_k_weights, fmt, stacks["gate"], stacks["up"],
-                           stacks["down"], group, scale_fmt)
+                           stacks["down"], group, scale_fmt, self._label)
 
     def forward_loop(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                      top_k_weights: torch.Tensor) -> torch.Tensor:
@@ -190,6 +190,12 @@ class Experts(nn.Module):
             return (expert.gate, expert.up, expert.down)[role](t)
 
         return routed_loop(hidden_states, top_k_index, top_k_weights, self.num_experts, project, self.act_fn)
+
+    @property
+    def _label(self) -> str:
+        """For errors: the block's name in the model, from its first projection's (set by quantize_)."""
+        name = getattr(self.expert(0).gate, "module_name", "")
+        return f"Experts {name.rsplit('.', 2)[0]!r}" if name.count(".") >= 2 else "Experts"
 
     def extra_repr(self) -> str:
         return f"num_experts={self.num_experts}" + (f", replaces={self.fused_class}" if self.fused_class else "")

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from quantkit.ops import dispatch
-from quantkit.ops.linear import _follows_autocast, _op, _traced
+from quantkit.ops.linear import _FLOAT_DTYPES, _follows_autocast, _op, _traced
 
 #: the families' ``linear`` arguments after x, from one expert's slice of the stacked buffers
 _LINEAR_ARGS: dict[str, Callable] = {
@@ -125,13 +125,34 @@ def _(x, top_k_index, top_k_weights, *_):
     return x.new_empty(x.shape)
 
 
+def _check_inputs(x: Tensor, top_k_index: Tensor, top_k_weights: Tensor, codes: Tensor, fmt: str, label: str) -> None:
+    """What the layers' own calls would have checked (the grouped kernels read the stacks by x's sizes): x's last
+    dimension and dtype, routing of x's leading shape, one device."""
+    hidden = codes.shape[-1] * (2 if fmt == "int4-weight-only" else 1)  # int4: two codes a byte
+    if x.dim() == 0 or x.shape[-1] != hidden:
+        raise ValueError(f"{label}: expected hidden states with last dimension {hidden}, got shape {tuple(x.shape)}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{label}: hidden states must be bfloat16, float16 or float32, got {x.dtype}")
+    if top_k_index.shape != top_k_weights.shape or top_k_index.shape[:-1] != x.shape[:-1]:
+        raise ValueError(f"{label}: top_k_index {tuple(top_k_index.shape)} and top_k_weights "
+                         f"{tuple(top_k_weights.shape)} must both be [..., k] over hidden states {tuple(x.shape)}")
+    if top_k_index.is_floating_point():
+        raise TypeError(f"{label}: top_k_index must hold integer expert indices, got {top_k_index.dtype}")
+    if not (x.device == codes.device == top_k_index.device == top_k_weights.device) and not x.is_meta:
+        raise ValueError(f"{label}: hidden states on {x.device}, routing on {top_k_index.device} / "
+                         f"{top_k_weights.device} and the quantized experts on {codes.device}; move them to one "
+                         f"device")
+
+
 @_follows_autocast
 def moe_experts(x: Tensor, top_k_index: Tensor, top_k_weights: Tensor, fmt: str, gate: tuple, up: tuple,
-                down: tuple, group_size: int = 0, scale_fmt: Optional[str] = None) -> Tensor:
+                down: tuple, group_size: int = 0, scale_fmt: Optional[str] = None, label: str = "experts") -> Tensor:
     """A block's quantized experts on ``x`` [..., H] (inference: no autograd), routed by ``top_k_index`` /
     ``top_k_weights`` [..., k]; ``gate`` / ``up`` / ``down`` are the stacked buffers ``(codes, scale, zero-point or
     None)`` of format ``fmt`` (``group_size``: int4's group; ``scale_fmt``: fp8-block's activation scales). Returns
-    [..., H] in x's dtype (under autocast, x is cast to autocast's dtype first, as ``nn.Linear`` would see it)."""
+    [..., H] in x's dtype (under autocast, x is cast to autocast's dtype first, as ``nn.Linear`` would see it).
+    ``label`` names the block in errors."""
+    _check_inputs(x, top_k_index, top_k_weights, gate[0], fmt, label)
     shape = x.shape
     if x.dim() != 2:
         x = x.reshape(-1, shape[-1])

@@ -397,3 +397,20 @@ def test_compiled_model_follows_a_load_of_new_weights():
         model.load_state_dict({k: v.clone() for k, v in other.state_dict().items()}, assign=True)
         after = compiled(ids).logits
         assert torch.equal(after, other(ids).logits) and not torch.equal(after, before)
+
+
+def test_bad_inputs_name_the_block():
+    """The experts operator reads the stacks by x's sizes: a wrong hidden size, routing of another shape, float
+    indices or another dtype are refused with the block's name, before any kernel runs."""
+    model = tiny_moe("qwen3_moe")
+    quantkit.quantize_(model, "int4-weight-only")
+    block = next(m for m in model.modules() if isinstance(m, Experts))
+    index, weights = routing(block.num_experts, 5)
+    with pytest.raises(ValueError, match=r"Experts 'model.layers.0.mlp.experts'.*last dimension 128.*\(5, 96\)"):
+        block(torch.randn(5, 96), index, weights)
+    with pytest.raises(ValueError, match="top_k_index"):
+        block(torch.randn(5, 128), index[:4], weights[:4])
+    with pytest.raises(TypeError, match="integer expert indices"):
+        block(torch.randn(5, 128), index.float(), weights)
+    with pytest.raises(TypeError, match="bfloat16, float16 or float32"):
+        block(torch.randn(5, 128).double(), index, weights)
