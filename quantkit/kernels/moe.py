@@ -14,8 +14,12 @@ can be captured in a CUDA graph)::
    dimension, streams that expert's gate and up codes over K and runs two ``tl.dot``; the epilogue applies the
    remaining scales and ``silu(gate) * up`` and writes h [T·k, I] in x's dtype.
 3. ``_down_kernel``: the same over h's rows and the down codes; the epilogue multiplies by the slot's routing
-   weight and writes float32 [T·k, H]; the k slots of each token are summed by one ``sum`` (deterministic, unlike
-   atomics), then cast to x's dtype.
+   weight and writes float32 [T·k, H].
+4. ``_combine_kernel`` sums the k slots of each token in slot order (deterministic, unlike atomics) and rounds the sum
+   to x's dtype.
+
+Every step is an allocation, a view or a launch through :mod:`quantkit.kernels.launch`, so eager calls can replay
+their launches (:func:`experts_forward_flat` under :func:`quantkit.kernels.plan.planned`, as the linear layers do).
 
 ``SWAP`` (a launch option of the weight-only formats, used in 128-row blocks): each dot computes the tile transposed,
 ``acc^T [BLOCK_N, BLOCK_M] += W x^T``, so the weight converted in registers is the dot's A operand, which Hopper's
@@ -240,11 +244,26 @@ def _down_kernel(h_ptr, hs_ptr, sorted_slots_ptr, block_expert_ptr, num_blocks_p
                           K, FORMAT, BLOCK_N, BLOCK_K, DTYPE, F32, I4MODE, SWAP)
         out = _finish(acc, hs_ptr, rows, valid, ds_ptr, e, offs_n, mask_n, N, FORMAT)
         # the reference rounds the down projection's output to x's dtype, then weights it in that dtype
-        # (in float32, rounded once: the interpreter has no bfloat16 arithmetic)
-        route = tl.load(route_ptr + rows, mask=valid, other=0.0).to(tl.float32)
+        # (in float32, rounded once: the interpreter has no bfloat16 arithmetic); the routing weight is read in
+        # the router's dtype and rounded to x's here
+        route = tl.load(route_ptr + rows, mask=valid, other=0.0).to(DTYPE).to(tl.float32)
         out = (out.to(DTYPE).to(tl.float32) * route[:, None]).to(DTYPE).to(tl.float32)
         ptrs = y_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(ptrs, out, mask=valid[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _combine_kernel(y_ptr, out_ptr, H, TOP_K: tl.constexpr, BLOCK: tl.constexpr):
+    """out[t] = the sum of y's k rows of token t (float32, in slot order), rounded once to out's dtype: a program a
+    token and BLOCK columns."""
+    t = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < H
+    rows = y_ptr + t * TOP_K * H
+    acc = tl.load(rows + offs, mask=mask, other=0.0)
+    for j in tl.static_range(1, TOP_K):
+        acc += tl.load(rows + j * H + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + t * H + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -345,6 +364,7 @@ def _align_place_kernel(ids_ptr, S, offsets_ptr, starts_ptr, sorted_ptr, E_PAD: 
 _align_fast = cached(_align_kernel)
 _gate_up_fast = cached(_gate_up_kernel)
 _down_fast = cached(_down_kernel)
+_combine_fast = cached(_combine_kernel)
 _align_count_fast = cached(_align_count_kernel)
 _align_offsets_fast = cached(_align_offsets_kernel)
 _align_place_fast = cached(_align_place_kernel)
@@ -477,13 +497,26 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
         I4MODE=i4mode, **up_cfg)
     h_in, h_scale = quantized(h)
     y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
-    route = top_k_weights.reshape(-1).to(dtype).contiguous()
+    route = top_k_weights if top_k_weights.is_contiguous() else top_k_weights.contiguous()  # read as [T·k]
     num_n = triton.cdiv(hidden, down_cfg["BLOCK_N"])
     _down_fast[(grid_m * num_n,)](
         h_in, h_scale, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden,
         _bound(inter), groups(inter), FORMAT=code, NUM_N=num_n, F32=f32, DTYPE=_TL_DTYPES[dtype],
         I4MODE=i4mode, **down_cfg)
-    return y.view(tokens, top_k, hidden).sum(dim=1).to(dtype)
+    out = torch.empty(tokens, hidden, dtype=dtype, device=x.device)
+    block = min(1024, triton.next_power_of_2(hidden))
+    _combine_fast[(tokens, triton.cdiv(hidden, block))](y, out, hidden, TOP_K=top_k, BLOCK=block,
+                                                        num_warps=4 if block >= 512 else 1)
+    return out
+
+
+def experts_forward_flat(x, top_k_index, top_k_weights, gate_codes, gate_scale, gate_zero_point, up_codes, up_scale,
+                         up_zero_point, down_codes, down_scale, down_zero_point, fmt, group_size, scale_fmt):
+    """:func:`experts_forward` with the stacks as separate arguments (``quantkit::moe_experts``'s order): the form
+    launch plans wrap, keying the three leading tensors by layout and the stacks by address."""
+    return experts_forward(x, top_k_index, top_k_weights, fmt, (gate_codes, gate_scale, gate_zero_point),
+                           (up_codes, up_scale, up_zero_point), (down_codes, down_scale, down_zero_point), group_size,
+                           scale_fmt)
 
 
 _TL_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32}

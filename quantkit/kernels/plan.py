@@ -43,7 +43,7 @@ _ALLOC_OPS = {"aten::empty.memory_format", "aten::empty_strided"}
 _VIEW_OPS = {"aten::view", "aten::view.dtype", "aten::_unsafe_view", "aten::slice.Tensor", "aten::select.int",
              "aten::t", "aten::transpose.int", "aten::permute", "aten::as_strided", "aten::unsqueeze",
              "aten::squeeze.dim", "aten::alias", "aten::detach", "aten::expand", "aten::reshape",
-             "aten::narrow", "aten::_reshape_alias"}
+             "aten::narrow", "aten::_reshape_alias", "aten::split.Tensor", "aten::split_with_sizes"}
 _REPLAYED_OPS = {"aten::_scaled_mm", "aten::mm", "aten::addmm",
                  # their out= forms, writing into a view of a block the call allocated
                  "aten::_scaled_mm.out", "aten::mm.out", "aten::addmm.out"}
@@ -147,9 +147,10 @@ def _flat_as(base: torch.Tensor, dtype) -> torch.Tensor:
 class Plan:
     """The recorded steps of one call, ready to replay on new buffers.
 
-    Roots (the tensors addresses are taken from): ``x``; the call's allocations, re-made in order;
-    the outputs of the cuBLAS ops, made by their steps. Layer buffers enter launches as the integer
-    addresses the key holds, and ops as views of the buffers passed to the call."""
+    Roots (the tensors addresses are taken from): the call's inputs (``x``, or the ``inputs`` leading
+    arguments of :func:`planned`); the call's allocations, re-made in order; the outputs of the cuBLAS
+    ops, made by their steps. Layer buffers enter launches as the integer addresses the key holds, and
+    ops as views of the buffers passed to the call."""
 
     def __init__(self, allocations, out, steps, keep_alive):
         self.allocations = allocations  # [(size, stride, dtype)]
@@ -157,9 +158,10 @@ class Plan:
         self.steps = steps
         self.keep_alive = keep_alive
 
-    def replay(self, x: torch.Tensor, args) -> torch.Tensor:
-        device = x.device
-        roots = [x]
+    def replay(self, x, args) -> torch.Tensor:
+        """``x``: the call's input tensor, or a tuple of its input tensors (as recorded)."""
+        roots = [x] if isinstance(x, torch.Tensor) else list(x)
+        device = roots[0].device
         for size, stride, dtype in self.allocations:
             roots.append(torch.empty_strided(size, stride, dtype=dtype, device=device))
         bases = [t.data_ptr() for t in roots]
@@ -192,12 +194,14 @@ class _Unplannable(Exception):
     pass
 
 
-def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
+def _build(rec: _Recording, inputs: list, y, args) -> Plan | str:
     if rec.unplannable:
         return rec.unplannable
     if not rec.steps:
         return "nothing launched"
-    roots: list[torch.Tensor] = [x] + rec.allocations + [s[4] for s in rec.steps if s[0] == "op"]
+    if len({t.untyped_storage().data_ptr() for t in inputs}) < len(inputs):
+        return "inputs share storage"  # a replay takes each input's address on its own
+    roots: list[torch.Tensor] = inputs + rec.allocations + [s[4] for s in rec.steps if s[0] == "op"]
     by_storage = {}
     for i, t in enumerate(roots):
         by_storage.setdefault(t.untyped_storage().data_ptr(), i)
@@ -256,7 +260,7 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
                     # An out= op: it must write into a block this call allocated (re-made at replay).
                     kwargs["out"] = spec = tensor_spec(kwargs["out"])
                     if type(spec) is not _TensorArg or not spec.from_root \
-                            or not 1 <= spec.index <= len(rec.allocations):
+                            or not len(inputs) <= spec.index < len(inputs) + len(rec.allocations):
                         raise _Unplannable("an op writes into a tensor the call did not allocate")
                 if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
                     raise _Unplannable("an op takes tensor keyword arguments")
@@ -307,7 +311,7 @@ def _build(rec: _Recording, x: torch.Tensor, y, args) -> Plan | str:
     out = None
     if isinstance(y, torch.Tensor):
         root = by_storage.get(y.untyped_storage().data_ptr())
-        if root is not None and root > 0 and roots[root].dtype == y.dtype:
+        if root is not None and root >= len(inputs) and roots[root].dtype == y.dtype:
             base = roots[root]
             if y.data_ptr() == base.data_ptr() and y.shape == base.shape and y.stride() == base.stride():
                 out = _TensorArg(True, root)
@@ -389,26 +393,31 @@ def _flat_descriptor_launch(launch, values, address, descriptor_types):
     return raw, template, slots, maps
 
 
-def _record(fn: Callable, x: torch.Tensor, args) -> tuple[torch.Tensor, Plan | str]:
+def _record(fn: Callable, x, args) -> tuple[torch.Tensor, Plan | str]:
+    """Run ``fn(*inputs, *args)`` and record it; ``x``: the input tensor, or a tuple of input tensors."""
+    inputs = [x] if isinstance(x, torch.Tensor) else list(x)
     rec = _Recording()
     _state.recording = rec
     try:
         with rec:
-            y = fn(x, *args)
+            y = fn(*inputs, *args)
     finally:
         _state.recording = None
-    return y, _build(rec, x, y, args)
+    return y, _build(rec, inputs, y, args)
 
 
 def _enabled() -> bool:
     return os.environ.get("QUANTKIT_LAUNCH_PLANS", "1") != "0" and os.environ.get("TRITON_INTERPRET", "0") != "1"
 
 
-def planned(fn: Callable) -> Callable:
+def planned(fn: Callable, inputs: int = 1) -> Callable:
     """Wrap a kernel family's ``linear(x, *buffers)`` with launch plans (see the module docstring).
 
-    Calls with keyword arguments (``config=`` ...) or a CPU ``x`` always run ``fn`` itself. The
-    wrapper's ``plans`` maps each key to its :class:`Plan`, or to the reason it is not planned."""
+    ``inputs``: how many leading arguments are the call's own tensors (``x``; the MoE experts' ``x`` and
+    routing), keyed by layout and read at new addresses on every replay; the arguments after them are
+    buffers (keyed by address) and settings. Calls with keyword arguments (``config=`` ...) or a CPU
+    ``x`` always run ``fn`` itself. The wrapper's ``plans`` maps each key to its :class:`Plan`, or to
+    the reason it is not planned."""
     plans: dict[tuple, Plan | str] = {}
     seen: set[tuple] = set()
     enabled = _enabled()
@@ -418,20 +427,30 @@ def planned(fn: Callable) -> Callable:
         if kwargs or not enabled or not x.is_cuda:
             return fn(x, *args, **kwargs)
         key = [x.shape, x.stride(), x.dtype, x.data_ptr() & 15, x.device]
-        for a in args:
+        buffers = args
+        if inputs > 1:
+            for a in args[:inputs - 1]:
+                key += (a.shape, a.stride(), a.dtype, a.data_ptr() & 15, a.device)
+            buffers = args[inputs - 1:]
+        for a in buffers:
             key.append((a.data_ptr(), a.shape, a.dtype, a.stride()) if isinstance(a, torch.Tensor) else a)
         key = tuple(key)
         plan = plans.get(key)
         if plan is not None:
             if type(plan) is Plan:
-                return plan.replay(x, args)
+                if inputs == 1:
+                    return plan.replay(x, args)
+                return plan.replay((x,) + args[:inputs - 1], args[inputs - 1:])
             return fn(x, *args)
         if key not in seen:  # the first call may compile or autotune: record the second
             if len(seen) >= _MAX_PLANS:
                 seen.clear()
             seen.add(key)
             return fn(x, *args)
-        y, plan = _record(fn, x, args)
+        if inputs == 1:
+            y, plan = _record(fn, x, args)
+        else:
+            y, plan = _record(fn, (x,) + args[:inputs - 1], args[inputs - 1:])
         if len(plans) >= _MAX_PLANS:
             plans.clear()
         plans[key] = plan

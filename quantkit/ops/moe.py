@@ -17,6 +17,7 @@ autograd rule: where autograd records, the layer runs its experts through the qu
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -81,13 +82,12 @@ def _experts(x: Tensor, top_k_index: Tensor, top_k_weights: Tensor, fmt: str, ga
     if x.shape[0] == 0:
         return torch.zeros_like(x)
     if x.is_cuda and _grouped(x, fmt, top_k_index.shape[-1], experts):
-        from quantkit.kernels.moe import experts_forward
-
+        grouped = _grouped_forward()
         if torch._C._cuda_getDevice() == x.device.index:
-            return experts_forward(x, top_k_index, top_k_weights, fmt, gate, up, down, group_size, scale_fmt)
+            return grouped(x, top_k_index, top_k_weights, *gate, *up, *down, fmt, group_size, scale_fmt)
         # Triton launches on the current device's stream: a block on another GPU than the current one
         with torch.cuda.device(x.device):
-            return experts_forward(x, top_k_index, top_k_weights, fmt, gate, up, down, group_size, scale_fmt)
+            return grouped(x, top_k_index, top_k_weights, *gate, *up, *down, fmt, group_size, scale_fmt)
     linear = dispatch.resolve(fmt.replace("-", "_"), "linear", x.device)
     arguments = _LINEAR_ARGS[fmt]
     roles = (gate, up, down)
@@ -97,6 +97,17 @@ def _experts(x: Tensor, top_k_index: Tensor, top_k_weights: Tensor, fmt: str, ga
         return linear(t, *arguments(codes[e], scale[e], None if zero is None else zero[e], group_size, scale_fmt))
 
     return routed_loop(x, top_k_index, top_k_weights, experts, project, F.silu)
+
+
+@functools.lru_cache(maxsize=None)
+def _grouped_forward() -> Callable:
+    """The grouped kernels' entry under launch plans (quantkit.kernels.plan): from a key's third call on, an eager
+    call replays the recorded allocations and launches (x and the routing at their new addresses). At 1 token the
+    Python that derives the launches cost 170-490 µs of host time a block against 36-50 µs of GPU time (round 38)."""
+    from quantkit.kernels.moe import experts_forward_flat
+    from quantkit.kernels.plan import planned
+
+    return planned(experts_forward_flat, inputs=3)
 
 
 def _grouped(x: Tensor, fmt: str, top_k: int, experts: int) -> bool:

@@ -193,6 +193,41 @@ def test_grouped_kernels_gpu(recipe, dtype, experts, tokens, top_k):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("recipe", ["int8-weight-only", "int4-weight-only", "int8-dynamic", "fp8-block"])
+def test_grouped_calls_replay_their_launches_gpu(recipe):
+    """Eager calls from a key's third on replay the recorded launches (launch plans, as the linear layers): outputs
+    bit for bit those of the unplanned kernels, on new x and routing tensors each call, every key planned. 1 and 16
+    tokens take the one-program align, 300 tokens x 8 the three-launch one; float32 routing weights beside bf16 x
+    are rounded in the kernel; int32 indices; fp16."""
+    from quantkit.ops.moe import _grouped_forward
+
+    torch.manual_seed(0)
+    block = make_experts(64, 2048, 768, recipe, torch.bfloat16, device="cuda")
+    fp16 = make_experts(64, 2048, 768, recipe, torch.float16, device="cuda")
+    planned = _grouped_forward()
+    planned.plans.clear()  # a cache: other tests' keys (some unplanned by design, e.g. a strided x) start over
+    cells = [(block, 1, 8, torch.bfloat16, torch.long), (block, 16, 8, torch.float32, torch.long),
+             (block, 300, 8, torch.bfloat16, torch.int32), (fp16, 5, 4, torch.float16, torch.long)]
+    for experts, tokens, top_k, route_dtype, index_dtype in cells:
+        dtype = torch.float16 if experts is fp16 else torch.bfloat16
+        fmt, group, scale_fmt = experts._stack_state[0]
+        stacks = experts._stacks()
+        for trial in range(4):  # run, record, replay, replay: new tensors every call
+            x = torch.randn(tokens, 2048, dtype=dtype, device="cuda")
+            index, weights = routing(tokens, 64, top_k, route_dtype, device="cuda")
+            index = index.to(index_dtype)
+            with torch.no_grad():
+                y = experts(x, index, weights)
+            ref = moe.experts_forward(x, index, weights, fmt, stacks["gate"], stacks["up"], stacks["down"], group,
+                                      scale_fmt)  # the module function: never planned
+            assert torch.equal(y, ref), (recipe, tokens, top_k, route_dtype, trial)
+    made = list(planned.plans.values())
+    reasons = {plan for plan in made if isinstance(plan, str)}
+    assert not reasons, f"{recipe}: calls not planned: {reasons}"
+    assert len(made) == len(cells)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["int8-weight-only", "int4-weight-only", "int8-dynamic", "fp8-block"])
 def test_grouped_kernels_in_a_cuda_graph_gpu(recipe):
     """No host synchronization on the grouped path: a decode step's experts capture and replay."""
     block = make_experts(32, 1024, 512, recipe, torch.bfloat16, device="cuda")

@@ -217,6 +217,53 @@ def test_bias_none_points_at_the_new_output(monkeypatch):
     assert call[13 + 3] == y.data_ptr() and call[13 + 4] == y.data_ptr()
 
 
+def fake_experts(x, index, weights, stack, flag):
+    """The MoE experts' shape of call: three per-call inputs, one allocation split into several outputs."""
+    buffer = torch.empty(3 * index.numel() + 1, dtype=torch.int32)
+    order, blocks, count = buffer.split([2 * index.numel(), index.numel(), 1])  # aten::split_with_sizes: views
+    _launch(K1, (1,), [index.reshape(-1), order, blocks, count, index.numel(), flag])
+    y = torch.empty(x.shape[0], stack.shape[-1], dtype=x.dtype)
+    _launch(K2, (x.shape[0], 2), [x, order, blocks, count, stack, weights, y, CONSTANT])
+    return y
+
+
+def test_several_inputs_are_roots_read_at_their_new_addresses(monkeypatch):
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    stack = torch.randn(4, 32, 16)
+    inputs = (torch.randn(5, 32), torch.randint(0, 4, (5, 2)), torch.rand(5, 2))
+    _, plan = plan_mod._record(fake_experts, inputs, (stack, True))
+    assert isinstance(plan, plan_mod.Plan), plan
+    assert plan.allocations == [((31,), (1,), torch.int32), ((5, 16), (16, 1), torch.float32)]
+    for _ in range(2):
+        new = (torch.randn(5, 32), torch.randint(0, 4, (5, 2)), torch.rand(5, 2))
+        y_ref = fake_experts(*new, stack, True)
+        normal = [K1.run.calls[-1], K2.run.calls[-1]]
+        buffer_normal = normal[0][13 + 1]
+        y_new = plan.replay(new, (stack, True))
+        replayed = [K1.run.calls[-1], K2.run.calls[-1]]
+        buffer_replay = replayed[0][13 + 1]
+        names = {"x": new[0], "index": new[1], "weights": new[2]}
+        roots_normal = {k: (v.data_ptr(), v.numel() * v.element_size()) for k, v in names.items()}
+        roots_replay = dict(roots_normal)
+        roots_normal.update(buffer=(buffer_normal, 31 * 4), y=(y_ref.data_ptr(), 5 * 16 * 4))
+        roots_replay.update(buffer=(buffer_replay, 31 * 4), y=(y_new.data_ptr(), 5 * 16 * 4))
+        for a, b in zip(normal, replayed):
+            assert _symbolic(a, roots_normal) == _symbolic(b, roots_replay)
+        # each input at its own new address, the split outputs at their offsets in the new block
+        assert replayed[0][13] == new[1].data_ptr() and replayed[1][13] == new[0].data_ptr()
+        assert replayed[1][13 + 5] == new[2].data_ptr() and replayed[1][13 + 4] == stack.data_ptr()
+        assert replayed[1][13 + 2] == buffer_replay + 20 * 4 and replayed[1][13 + 3] == buffer_replay + 30 * 4
+
+
+def test_inputs_sharing_storage_are_not_planned():
+    """A replay takes each input's address on its own, so a recording in which two inputs were views of one
+    block would bake in their distance."""
+    routing = torch.rand(20)
+    _, plan = plan_mod._record(fake_experts, (torch.randn(5, 32), routing[:10].view(5, 2), routing[10:].view(5, 2)),
+                               (torch.randn(4, 32, 16), True))
+    assert plan == "inputs share storage"
+
+
 def test_cublas_ops_are_replayed_on_views_of_the_new_buffers(monkeypatch):
     """A call that quantizes (a launch into scratch) and then calls cuBLAS (here ``addmm`` on views of
     x, a declared buffer and a slice): the replay re-issues the op on the new x."""
