@@ -1017,6 +1017,10 @@ def linear(x: torch.Tensor, weight_packed: torch.Tensor, weight_scale: torch.Ten
 
             config = get_config(FAMILY, M, N, K, module=sys.modules[__name__],
                                 bench=_bench_fn(x, weight_packed, weight_scale, weight_zero_point, bias, group_size))
+            if M > 256:  # 256-row tiles at M between the tuned buckets: mostly padding past a multiple of 256
+                from quantkit.kernels.wo_gemm_sm90 import fit_rows
+
+                config = fit_rows(config, M)
         else:
             config = default_config(M, N, K)
         config = _fit_group(config, M, N, K, group_size)

@@ -712,6 +712,10 @@ def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, 
         if x.device.type == "cuda":
             config = tuning.get_config(FAMILY, M, N, K, module=sys.modules[__name__],
                                        bench=functools.partial(_bench, x, weight_q, weight_scale, bias))
+            if M > 256:  # 256-row tiles at M between the tuned buckets: mostly padding past a multiple of 256
+                from quantkit.kernels.wo_gemm_sm90 import fit_rows
+
+                config = fit_rows(config, M)
         else:  # the interpreter: no GPU to have tuned tables for
             config = default_config(M, N, K)
     _check_config(config)

@@ -513,3 +513,49 @@ def test_gpu_stream_k_graph_plan_and_one_allocation(int4, M):
     assert all(type(p).__name__ == "Plan" for p in run.plans.values()), run.plans
     for o in outs:
         assert torch.equal(o, y)
+
+
+@pytest.mark.parametrize("M,rows", [(300, 128), (384, 128), (530, 128), (600, 128), (1100, 128), (1300, 128),
+                                    (700, 256), (768, 256), (1024, 256), (2100, 256), (2048, 256), (4096, 256)])
+def test_fit_rows_pads_to_128_where_256_row_tiles_would_be_mostly_padding(M, rows):
+    from quantkit.kernels import wo_gemm_sm90 as g
+
+    tuned = {"kernel": "tma_wgmma", "BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
+             "num_stages": 5, "PERSISTENT": True, "STREAM_K": True}
+    fitted = g.fit_rows(tuned, M)
+    assert fitted["BLOCK_M"] == rows
+    assert fitted is (tuned if rows == 256 else g.ROWS_128_CONFIG)
+    # other kernels and tiles are the table's choice at every M
+    for other in ({"kernel": "dequant_mm", "BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4}, dict(tuned, BLOCK_M=128)):
+        assert g.fit_rows(other, M) is other
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("int4", [False, True], ids=["int8", "int4"])
+def test_gpu_layers_take_128_row_tiles_between_the_buckets(int4):
+    """At M = 530 the layer runs ROWS_128_CONFIG (whatever the table holds for M's bucket), bit for bit the forced
+    config, within the float32 bound; at M = 700 the table's tiles."""
+    _sm90()
+    from quantkit.kernels import int4_weight_only as k4
+    from quantkit.kernels import int8_weight_only as k8
+    from quantkit.kernels import wo_gemm_sm90 as g
+    from tests.kernels.test_int4_weight_only import assert_output, make_problem, reference64, tc_steps
+
+    torch.manual_seed(7)
+    N, K = 4096, 4096
+    for M in (530, 700):
+        if int4:
+            x, packed, scale, zero, _, _ = make_problem(M, N, K, 128, torch.bfloat16, "cuda")
+            args, fn = (packed, scale, zero, None, 128), k4.linear
+        else:
+            weight_q, weight_scale = quantize_weight_int8_per_channel(torch.randn(N, K, device="cuda") * 0.02)
+            x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+            args, fn = (weight_q, weight_scale), k8.linear
+        y = fn(x, *args)
+        forced = fn(x, *args, config=g.ROWS_128_CONFIG)
+        assert torch.equal(y, forced) == (M == 530), M
+        if int4:
+            assert_output(y, reference64(x, *args, torch.bfloat16), f"M={M}", tc_steps(g.ROWS_128_CONFIG, K))
+        else:
+            exact, bound = _fp32_bound(x, weight_q, weight_scale.float(), None, torch.bfloat16)
+            _assert_within(y, exact, bound, f"M={M}")
