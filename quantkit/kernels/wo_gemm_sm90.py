@@ -651,10 +651,12 @@ ROWS_128_CONFIG = {"kernel": "tma_wgmma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK
 def fit_rows(config: dict, M: int) -> dict:
     """A large-M config (tuned at M = 1024, 2048, 4096: tables are keyed by M's power-of-two bucket) made fit for M
     between those: with 256 x rows a tile, M = 530 computes 768 rows. Where M % 256 is 1-128 and M < 2048, 128-row
-    tiles (:data:`ROWS_128_CONFIG`) pad to a multiple of 128 instead. Measured on an H100 (GPU time, int8 and int4
-    weights, 4096², 14336 x 4096, 4096 x 14336; notes/int8_weight_only.md, round 39): at M = 300, 384, 530, 600, 1100
-    and 1300, 4-45 % faster in 15 of 18 problems, level in three (within 3 %); at M = 700 and 768 (the last tile more
-    than half full) and at M = 2100 (10 % padding) the 256-row tiles stayed ahead, so they are kept there."""
+    tiles (:data:`ROWS_128_CONFIG`) pad to a multiple of 128 instead. Measured on an H100 (GPU time from CUDA graphs,
+    int8 and int4 weights, 4096², 14336 x 4096, 4096 x 14336; notes/int8_weight_only.md, round 39): at M = 300, 384,
+    530, 600, 1100 and 1300 faster in 29 of 36 problems (by 4-52 %), within 3 % in 6, 4 % slower in one (int4 4096² M
+    = 600); at M = 700 and 768 (the last tile more than half full) and at M = 2100 (10 % padding) the 256-row tiles
+    stayed ahead of 128-row tiles in 15 of 18 (behind by 2-7 % in int8 at M = 2100 on 4096 x 14336 and 4096², int4 at
+    M = 768 on 4096 x 14336), so they are kept there."""
     if config.get("BLOCK_M") != 256 or config.get("kernel") != "tma_wgmma" or not 256 < M < 2048 \
             or not 0 < M % 256 <= 128:
         return config
