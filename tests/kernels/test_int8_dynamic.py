@@ -398,14 +398,15 @@ LLAMA = [(4096, 4096), (14336, 4096), (4096, 14336)]
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", LLAMA)
 def test_real_shapes_gpu(n, k):
-    """The configs the layer runs (shipped table, else default) at every benchmark M: codes, outputs
-    and the error against float64 F.linear of the unquantized weight."""
+    """The configs the layer runs (shipped table, else default) at every benchmark M, and at M = 300 and 1100 (low in
+    their buckets: fit_rows' config): codes, outputs and the error against float64 F.linear of the unquantized
+    weight."""
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     weight_q, weight_scale = ik.quantize_weight(w)
     rq, rs = R.quantize_weight_int8_per_channel(w)
     assert torch.equal(weight_scale, rs), "weight scales"
     assert torch.equal(weight_q, rq), f"weight codes: {int((weight_q != rq).sum())} differ"
-    for m in (1, 16, 128, 1024, 4096):
+    for m in (1, 16, 128, 300, 1024, 1100, 4096):
         x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         x_q, x_scale = ik.quantize_act(x)
         rxq, rxs = R.quantize_act_int8_per_token(x)
@@ -510,3 +511,18 @@ def test_layer_in_cuda_graph_gpu(m):
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(static_y, model(new_x))
+
+
+@pytest.mark.parametrize("M,low", [(300, True), (384, True), (512, True), (513, False), (530, False), (700, False),
+                                   (1024, False), (1100, True), (1331, True), (1332, False), (2048, False),
+                                   (2100, True), (2663, False), (4096, False), (5000, False)])
+def test_fit_rows_low_in_a_bucket(M, low):
+    from quantkit.kernels import int8_dynamic as d
+
+    tuned = {"kernel": "two_pass", "BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "SPLIT_K": 1,
+             "num_warps": 8, "num_stages": 4, "mode": "gluon", "pdl": True}
+    assert (d.fit_rows(tuned, M) is d.LOW_IN_BUCKET_CONFIG) == low
+    assert (d.fit_rows(dict(tuned, mode="gluon_ws"), M) is d.LOW_IN_BUCKET_CONFIG) == low
+    for other in (dict(tuned, mode="tma"), {"kernel": "decode"}):  # the Triton kernels' and other tables' entries
+        assert d.fit_rows(other, M) is other
+    d._check_config(d.LOW_IN_BUCKET_CONFIG)
