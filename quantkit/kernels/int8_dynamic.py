@@ -996,14 +996,18 @@ LOW_IN_BUCKET_CONFIG = _two_pass(128, 128, 128, 8, 5, mode="gluon_ws", epi="tma"
 def fit_rows(config: dict, M: int) -> dict:
     """A Gluon config from a table (keyed by M's power-of-two bucket, tuned at its top: M = 1024, 2048, 4096) made fit
     for M low in its bucket, where that entry's tiles leave a partial wave or mostly-padded tiles: for 256 < M <= 512
-    (no entry of their own: the nearest is M = 1024's) and for 1024 < M <= 1331 (the lowest 65 % of the M = 2048
+    (no entry of their own: the nearest is M = 1024's) and for 1024 < M <= 1400 (the lowest 68 % of the M = 2048
     bucket), :data:`LOW_IN_BUCKET_CONFIG`. Measured on an H100 (GPU time from CUDA graphs, 4096², 14336 x 4096,
     4096 x 14336; notes/int8_dynamic.md, round 39): at M = 300, 384, 1100 and 1300 as fast (within 1 %) or 11-40 %
-    faster than the table's config in 12 of 12 problems (call 11), and 1.20-1.47x of bf16 at M = 480 and 512 (call
-    12). Not applied: at M = 530 and 600 (low in the M = 1024 bucket) it was 5-30 % slower on two of the shapes, and
-    at M = 2600 9-12 % slower than the M = 4096 entry on 4096 x 14336 (call 12), though 6-16 % faster at 2100."""
+    faster than the table's config in 12 of 12 problems (call 11); at M = 1332 and 1400 13-22 % faster in 5 of 5 (calls
+    12-13); 1.20-1.47x of bf16 at M = 480 and 512 (call 12). Not applied: at M = 530 and 600 (low in the M = 1024
+    bucket) it was 5-30 % slower on two of the shapes, and at M = 2600 9-12 % slower than the M = 4096 entry on 4096 x
+    14336 (call 12), though 4-16 % faster at 2100."""
     if config.get("mode") not in ("gluon", "gluon_ws"):
         return config
+    if 256 < M <= 512 or 1024 < M <= 1400:
+        return LOW_IN_BUCKET_CONFIG
+    return config
     if 256 < M <= 512 or 1024 < M <= 1331:
         return LOW_IN_BUCKET_CONFIG
     return config

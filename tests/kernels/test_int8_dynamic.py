@@ -514,7 +514,7 @@ def test_layer_in_cuda_graph_gpu(m):
 
 
 @pytest.mark.parametrize("M,low", [(300, True), (384, True), (512, True), (513, False), (530, False), (700, False),
-                                   (1024, False), (1100, True), (1331, True), (1332, False), (2048, False),
+                                   (1024, False), (1100, True), (1331, True), (1400, True), (1401, False), (2048, False),
                                    (2100, False), (2600, False), (4096, False), (5000, False)])
 def test_fit_rows_low_in_a_bucket(M, low):
     from quantkit.kernels import int8_dynamic as d
