@@ -1008,13 +1008,6 @@ def fit_rows(config: dict, M: int) -> dict:
     if 256 < M <= 512 or 1024 < M <= 1400:
         return LOW_IN_BUCKET_CONFIG
     return config
-    if 256 < M <= 512 or 1024 < M <= 1331:
-        return LOW_IN_BUCKET_CONFIG
-    return config
-    bucket = 1 << (M - 1).bit_length()
-    if 256 < M <= 512 or (1024 < M < 4096 and M <= 0.65 * bucket):
-        return LOW_IN_BUCKET_CONFIG
-    return config
 
 
 def linear(x: torch.Tensor, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
