@@ -137,3 +137,22 @@ def test_stacked_experts_save_and_load(tmp_path, name, fmt):
     loaded = load_quantized(tmp_path / "after")
     for key, tensor in model.state_dict().items():
         assert torch.equal(bits(loaded.state_dict()[key]), bits(tensor)), key
+
+
+def test_plain_safetensors_and_save_pretrained_take_the_stacked_experts(tmp_path):
+    """The experts' buffers are disjoint views into the stacks (shared storage): safetensors' own ``save_file`` of the
+    state dict and transformers' ``save_pretrained`` write them, and the bytes read back are the state dict's."""
+    from safetensors.torch import load_file, save_file
+
+    model = tiny_mixtral(dtype=torch.bfloat16)
+    quantkit.quantize_(model, "int8-weight-only")
+    state = model.state_dict()
+    views = [t for k, t in state.items() if ".mlp.experts." in k and k.endswith(".w1.weight")]
+    assert len({t.untyped_storage().data_ptr() for t in views[:2]}) == 1  # (what this test is about)
+    save_file(state, tmp_path / "plain.safetensors")
+    back = load_file(tmp_path / "plain.safetensors")
+    assert back.keys() == state.keys()
+    for key, tensor in state.items():
+        assert torch.equal(bits(back[key]), bits(tensor)), key
+    model.save_pretrained(tmp_path / "hf")
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
