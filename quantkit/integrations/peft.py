@@ -23,8 +23,9 @@ adapters as PEFT does) with two differences:
 
 The quantized base stays frozen (its codes and scales are buffers, not parameters); the gradient reaches the layers
 below through the layers' input gradient (notes/backward.md). Not covered: a MoE block's expert projections (with
-PEFT 0.21 on a quantized Mixtral, ``target_modules=["w1", "w2", "w3"]`` put no adapter on the experts; the attention
-and dense layers take them).
+PEFT 0.21 on a quantized Mixtral, ``target_modules=["w1", "w2", "w3"]`` put no adapter on the experts: PEFT rewrites
+such targets for transformers 5's fused experts, which ``quantize_`` has split; the attention and dense layers take
+them).
 """
 from __future__ import annotations
 
