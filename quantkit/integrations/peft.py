@@ -68,10 +68,6 @@ class QuantizedLoraLinear(_PeftLoraLinear):
             "its weight is quantized codes, and W + B·A is not representable in them without quantizing again. "
             "Keep the adapter unmerged, or merge into the original bf16 model and quantize that")
 
-    def unmerge(self) -> None:
-        if self.merged:  # (never: merge refuses)
-            raise RuntimeError("a quantized layer's adapter cannot have been merged")
-
 
 def on_quantized_layers(config):
     """``config`` (a ``peft.LoraConfig``) with :class:`QuantizedLoraLinear` registered for quantkit's quantized layers,

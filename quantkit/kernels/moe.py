@@ -497,7 +497,7 @@ def experts_forward(x: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: t
         I4MODE=i4mode, **up_cfg)
     h_in, h_scale = quantized(h)
     y = torch.empty(slots, hidden, dtype=torch.float32, device=x.device)
-    route = top_k_weights if top_k_weights.is_contiguous() else top_k_weights.contiguous()  # read as [T·k]
+    route = top_k_weights.contiguous()  # read as [T·k] (itself when contiguous: no copy, nothing for a plan to refuse)
     num_n = triton.cdiv(hidden, down_cfg["BLOCK_N"])
     _down_fast[(grid_m * num_n,)](
         h_in, h_scale, sorted_slots, block_expert, num_blocks, down[0], down[1], zero[2], route, y, hidden,

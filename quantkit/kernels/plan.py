@@ -426,31 +426,24 @@ def planned(fn: Callable, inputs: int = 1) -> Callable:
     def wrapper(x, *args, **kwargs):
         if kwargs or not enabled or not x.is_cuda:
             return fn(x, *args, **kwargs)
-        key = [x.shape, x.stride(), x.dtype, x.data_ptr() & 15, x.device]
-        buffers = args
-        if inputs > 1:
-            for a in args[:inputs - 1]:
-                key += (a.shape, a.stride(), a.dtype, a.data_ptr() & 15, a.device)
-            buffers = args[inputs - 1:]
+        lead, buffers = (x,) + args[:inputs - 1], args[inputs - 1:]
+        key = []
+        for a in lead:
+            key += (a.shape, a.stride(), a.dtype, a.data_ptr() & 15, a.device)
         for a in buffers:
             key.append((a.data_ptr(), a.shape, a.dtype, a.stride()) if isinstance(a, torch.Tensor) else a)
         key = tuple(key)
         plan = plans.get(key)
         if plan is not None:
             if type(plan) is Plan:
-                if inputs == 1:
-                    return plan.replay(x, args)
-                return plan.replay((x,) + args[:inputs - 1], args[inputs - 1:])
+                return plan.replay(lead, buffers)
             return fn(x, *args)
         if key not in seen:  # the first call may compile or autotune: record the second
             if len(seen) >= _MAX_PLANS:
                 seen.clear()
             seen.add(key)
             return fn(x, *args)
-        if inputs == 1:
-            y, plan = _record(fn, x, args)
-        else:
-            y, plan = _record(fn, (x,) + args[:inputs - 1], args[inputs - 1:])
+        y, plan = _record(fn, lead, buffers)
         if len(plans) >= _MAX_PLANS:
             plans.clear()
         plans[key] = plan
