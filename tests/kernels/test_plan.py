@@ -494,3 +494,35 @@ def test_plans_are_made_and_replay_under_cuda_graphs_gpu():
             g.replay()
             torch.testing.assert_close(y_graph, layer(x), rtol=0, atol=0)
         assert not torch.equal(y_graph, y_eager)
+
+
+class _AsIfCuda(torch.Tensor):
+    """A CPU tensor the wrapper takes for a CUDA one (its plan path runs on the fake launcher)."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+def test_planned_wrapper_keys_leading_inputs_by_layout_and_replays_them(monkeypatch):
+    """planned(fn, inputs=3): the first call runs fn, the second is recorded, later calls with new input tensors of
+    the same layout replay (one key); a new stack address is a new key."""
+    monkeypatch.setattr(plan_mod, "_enabled", lambda: True)
+    monkeypatch.setattr(plan_mod, "_current_stream", lambda: STREAM)
+    calls = []
+
+    def fn(x, index, weights, stack, flag):
+        calls.append(x.data_ptr())
+        return fake_experts(x, index, weights, stack, flag)
+
+    wrapped = plan_mod.planned(fn, inputs=3)
+    stack = torch.randn(4, 32, 16)
+    for trial in range(4):
+        x = torch.randn(5, 32).as_subclass(_AsIfCuda)
+        wrapped(x, torch.randint(0, 4, (5, 2)), torch.rand(5, 2), stack, True)
+        assert K2.run.calls[-1][13] == x.data_ptr()  # the launch read this call's x, replayed or not
+    assert len(calls) == 2  # run, record; then two replays
+    assert len(wrapped.plans) == 1 and isinstance(next(iter(wrapped.plans.values())), plan_mod.Plan)
+    wrapped(torch.randn(5, 32).as_subclass(_AsIfCuda), torch.randint(0, 4, (5, 2)), torch.rand(5, 2),
+            torch.randn(4, 32, 16), True)
+    assert len(calls) == 3  # another stack: a new key, run first
